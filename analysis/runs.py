@@ -1,0 +1,140 @@
+"""Read a directory of runs into tables: the one loader behind the report, the figures and the explorer.
+
+    from analysis.runs import load_runs, read_metrics, read_analysis, read_analysis_table
+    runs = load_runs("runs/quick")          # one row per run directory (run.json) found below the root
+    curve = read_metrics(runs.path[0])      # metrics.jsonl as a DataFrame (step, loss, eval_loss, ...)
+
+A run directory is what `training.train` writes: run.json, metrics.jsonl, summary.json (once finished),
+checkpoint/ and, after `mixit analyze`, analysis/. Runs may sit at any depth below the root
+(`mixit reproduce` puts them in one folder per study: ROOT/<group>/<run>). Nothing here trains or
+writes; a broken run becomes a row with status "corrupt" and an `error` message instead of an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+ANALYSIS_DIR = "analysis"
+ANALYSIS_FILE = "analysis.json"
+SKIP_DIRS = {"checkpoint", ANALYSIS_DIR, ".token_cache", "__pycache__"}
+
+COLUMNS = [
+    "run", "group", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
+    "lr", "seed", "steps", "batch_size", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
+    "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
+    "has_analysis", "error",
+]
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Every directory below `root` (or `root` itself) that holds a run.json, sorted by path."""
+    root = Path(root)
+    if (root / RUN_FILE).is_file():
+        return [root]
+    found = []
+    for here, dirs, files in os.walk(root):
+        if RUN_FILE in files:
+            found.append(Path(here))
+            dirs[:] = []  # a run does not contain runs
+        else:
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    return sorted(found)
+
+
+def task_label(task: str, params: dict[str, Any]) -> str:
+    """A short name for a task and its parameters, e.g. 'retrieval(pairs=8)'; file lists by base name."""
+    shown = {k: v for k, v in sorted(params.items()) if k not in ("text_file", "dataset", "tokenizer", "vocab_size")}
+    if not shown:
+        return task
+    return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]:
+    """One run as a row (see COLUMNS). Status: finished | diverged | error (from summary.json),
+    running (no summary yet: interrupted or in progress) or corrupt (unreadable run.json/summary.json)."""
+    path = Path(path)
+    rel = path.relative_to(root) if root is not None and path != Path(root) else Path(path.name)
+    row: dict[str, Any] = {c: None for c in COLUMNS}
+    row.update(run=str(rel.as_posix()), group=rel.parts[0] if len(rel.parts) > 1 else "", path=str(path))
+    row["has_checkpoint"] = (path / "checkpoint" / "model.safetensors").is_file()
+    row["has_analysis"] = (path / ANALYSIS_DIR / ANALYSIS_FILE).is_file()
+    try:
+        info = _read_json(path / RUN_FILE)
+        train = info["train"]
+        params = dict(train.get("task_params") or {})
+        row.update(
+            variant=train["variant"], task=train["task"], task_params=params,
+            task_label=task_label(train["task"], params),
+            **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size")},
+        )
+        summary_path = path / SUMMARY_FILE
+        if summary_path.is_file():
+            summary = _read_json(summary_path)
+            row["status"] = summary.get("status", "finished")
+            for key in ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
+                        "params_trainable", "params_frozen", "params_total"):
+                row[key] = summary.get(key)
+            if row["status"] == "error":
+                row["error"] = summary.get("message")
+        else:
+            row["status"] = "running"
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        row["status"] = "corrupt"
+        row["error"] = f"{type(e).__name__}: {e}"
+    return row
+
+
+def load_runs(root: str | Path) -> pd.DataFrame:
+    """All runs below `root`, one row each (see COLUMNS); an empty frame with those columns if none."""
+    root = Path(root)
+    rows = [load_run(p, root) for p in find_runs(root)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """metrics.jsonl as a DataFrame sorted by step; lines cut off by a kill are skipped."""
+    records = []
+    path = Path(run_dir) / METRICS_FILE
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "step" in record:
+                records.append(record)
+    df = pd.DataFrame(records)
+    return df.sort_values("step", kind="stable").reset_index(drop=True) if len(df) else df
+
+
+def read_analysis(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's analysis/analysis.json (from `mixit analyze`), or None if absent or unreadable."""
+    try:
+        return _read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def read_analysis_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
+    """One analysis table (heads, attention, signal, memory, ablation, in_context_loss), or None."""
+    path = Path(run_dir) / ANALYSIS_DIR / f"{name}.csv"
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,60 @@
+"""analysis.runs: the run-directory loader shared by the report, the figures and the explorer."""
+
+import json
+
+import pytest
+
+from analysis.runs import find_runs, load_runs, read_analysis, read_metrics, task_label
+from training import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for group, variant in (("a", "standard"), ("b", "mixit")):
+        cfg = TrainConfig(task="addition", task_params={"digits": 2}, variant=variant, d_model=16, n_layers=1,
+                          n_heads=2, steps=4, batch_size=8, eval_every=2, eval_samples=32)
+        train(cfg, root / group / f"add_{variant}", progress=False)
+    return root
+
+
+def test_finds_nested_runs_and_reads_their_rows(runs_root):
+    assert [p.name for p in find_runs(runs_root)] == ["add_standard", "add_mixit"]
+    df = load_runs(runs_root)
+    assert list(df["group"]) == ["a", "b"]
+    assert list(df["variant"]) == ["standard", "mixit"]
+    assert (df["status"] == "finished").all() and (df["step"] == 4).all()
+    assert df["task_label"].iloc[0] == "addition(digits=2)"
+    assert df["params_trainable"].iloc[0] > 0 and df["has_checkpoint"].all()
+    assert read_analysis(df["path"].iloc[0]) is None
+
+
+def test_metrics_skip_a_line_cut_off_by_a_kill(runs_root, tmp_path):
+    run = runs_root / "a" / "add_standard"
+    full = read_metrics(run)
+    assert list(full["step"]) == sorted(full["step"]) and "eval_acc" in full
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text() + '{"step": 9, "lo')
+    assert len(read_metrics(cut)) == len(full)
+
+
+def test_a_corrupt_or_unfinished_run_is_a_row_not_an_exception(runs_root, tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "run.json").write_text("{not json")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "run.json").write_text((runs_root / "a" / "add_standard" / "run.json").read_text())
+    df = load_runs(tmp_path).set_index("run")
+    assert df.loc["bad", "status"] == "corrupt" and "JSONDecodeError" in df.loc["bad", "error"]
+    assert df.loc["half", "status"] == "running" and df.loc["half", "variant"] == "standard"
+    assert load_runs(tmp_path / "bad").iloc[0]["status"] == "corrupt"  # a run directory as the root
+
+
+def test_empty_root_gives_empty_table_with_columns(tmp_path):
+    df = load_runs(tmp_path)
+    assert df.empty and "variant" in df.columns
+
+
+def test_task_label_hides_file_lists():
+    assert task_label("lm", {"text_file": ["x/valid.txt"], "seq_len": 64}) == "lm(seq_len=64)"
+    assert task_label("dyck", {}) == "dyck"
