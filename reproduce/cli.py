@@ -1,0 +1,59 @@
+"""`mixit reproduce`: registered on the `mixit` command line by training.cli (COMMAND_MODULES)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    from .pipeline import preset_names
+
+    p = subparsers.add_parser(
+        "reproduce",
+        help="train, analyse, plot and report a preset of the paper's experiments (resumable)",
+        description="Run a preset's grid through training, analysis, figures and the report. Rerunning skips "
+        "finished runs and analyses, so an interrupted reproduction continues where it stopped.",
+    )
+    p.set_defaults(handler=cmd_reproduce)
+    p.add_argument("--preset", default="quick", metavar="PRESET",
+                   help=f"one of {', '.join(preset_names())}, or a preset YAML file (default: quick)")
+    p.add_argument("--out", type=Path, default=None, help="runs directory (default: runs/PRESET)")
+    p.add_argument("--report-dir", type=Path, default=None, help="report directory (default: reports/PRESET)")
+    p.add_argument("--figures-dir", type=Path, default=None, help="figure directory (default: figures/out/PRESET)")
+    p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU cores)")
+    p.add_argument("--text-file", nargs="+", default=None, metavar="PATH",
+                   help="corpus for language modeling (default: ../shared/data WikiText-2, else the Hub)")
+    p.add_argument("--sentiment-file", nargs="+", default=None, metavar="PATH",
+                   help="labelled sentences for sentiment (default: ../shared/data Yelp, else the Hub)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from training.cli import CLIError
+
+    from .pipeline import choose_text, load_preset, preset_runs, reproduce
+
+    try:
+        preset = load_preset(args.preset)
+    except ValueError as e:
+        raise CLIError(f"mixit reproduce: error: {e}") from None
+    if args.workers is not None and args.workers < 1:
+        raise CLIError(f"mixit reproduce: error: --workers={args.workers} must be >= 1")
+    name = preset["name"]
+    out = args.out or Path("runs") / name
+    if args.dry_run:
+        needed = {s["text"] for s in preset["studies"].values() if s.get("text")}
+        text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in needed}
+        runs = preset_runs(preset, text)
+        for run, cfg in runs:
+            print(f"{run}  steps={cfg.steps}")
+        print(f"{len(runs)} runs into {out}")
+        return 0
+    manifest = reproduce(
+        preset, out, args.report_dir or Path("reports") / name, args.figures_dir or Path("figures/out") / name,
+        workers=args.workers, text_files=args.text_file, sentiment_files=args.sentiment_file,
+        progress=not args.quiet,
+    )
+    return 1 if manifest.get("failed_runs") else 0

@@ -1,0 +1,399 @@
+"""`mixit reproduce`: train a preset's grid, analyse every run, measure init-time signal and speed,
+draw the figures and write the report. Every stage resumes: finished runs, analyses and measurements
+are kept, so rerunning an interrupted reproduction continues where it stopped.
+
+    from reproduce.pipeline import load_preset, reproduce
+    reproduce(load_preset("smoke"), out="runs/smoke", report_dir="reports/smoke", figures_dir="figures/out/smoke")
+
+Layout of `out` (the runs directory that figures, the report and the explorer read):
+
+    reproduce.json               preset name, its resolved contents, corpus notes, stage timings
+    <study>/<run>/               one run directory per training run (see training.trainer), + analysis/
+    <study>/summary.csv          one row per run of the study
+    signal/signal.csv            token covariance and cosine vs depth at initialisation (analysis.signal)
+    speed/speed.csv              training throughput per variant (training.benchmark)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+from tqdm.auto import tqdm
+
+from models.checkpoint import write_json
+from training.sweep import Run, _as_list, _tasks_from_file, expand_grid
+from training.tasks import DATA_CACHE_DIR, task_data_cache
+from training.trainer import TrainConfig, is_finished, read_summary
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = "reproduce.json"
+STUDY_KEYS = {"variants", "tasks", "sizes", "seeds", "lrs", "train", "text", "about"}
+PRESET_KEYS = {"name", "about", "budget", "evidence", "train", "studies", "analysis", "signal", "speed"}
+
+# Corpora tried, in order, when a study needs text and no file was given: local copies of the real
+# corpora beside the project (../shared/data), then a Hub dataset when the Hub can be reached.
+TEXT_SOURCES: dict[str, dict[str, Any]] = {
+    "lm": {"local": ["wikitext-2/valid.txt", "wikitext-2/test.txt"], "hub": "wikitext-103-raw-v1"},
+    "sentiment": {"local": ["sentiment-sentences/yelp_labelled.txt"], "hub": "yelp_polarity"},
+}
+
+
+# --------------------------------------------------------------------------- presets
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name_or_path: str | Path) -> dict[str, Any]:
+    """A preset by name (reproduce/presets/NAME.yaml) or path, checked for unknown keys."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        if str(name_or_path) not in preset_names():
+            raise ValueError(f"preset {str(name_or_path)!r} is not one of: {', '.join(preset_names())} (or a YAML path)")
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ValueError(f"preset file not found: {path}")
+    try:
+        preset = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: cannot parse preset ({str(e).splitlines()[0]})") from None
+    if not isinstance(preset, dict) or "studies" not in preset:
+        raise ValueError(f"{path}: a preset is a mapping with 'studies' (and name, train, analysis, signal, speed)")
+    unknown = sorted(set(preset) - PRESET_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown preset keys {unknown}; allowed: {sorted(PRESET_KEYS)}")
+    for study, spec in preset["studies"].items():
+        bad = sorted(set(spec) - STUDY_KEYS)
+        if bad:
+            raise ValueError(f"{path}: study {study!r} has unknown keys {bad}; allowed: {sorted(STUDY_KEYS)}")
+        if spec.get("text") not in (None, *TEXT_SOURCES):
+            raise ValueError(f"{path}: study {study!r}: text={spec['text']!r} must be one of {sorted(TEXT_SOURCES)}")
+    preset.setdefault("name", path.stem)
+    return preset
+
+
+# --------------------------------------------------------------------------- text corpora
+@dataclass
+class TextChoice:
+    """Where a text study's data comes from: task parameters to add, or why the study is skipped."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    skipped: bool = False
+
+
+def _shared_data_dirs() -> list[Path]:
+    seen, out = set(), []
+    for base in (Path.cwd(), PROJECT_ROOT):
+        candidate = (base.parent / "shared" / "data").resolve()
+        if candidate not in seen and candidate.is_dir():
+            seen.add(candidate)
+            out.append(candidate)
+    return out
+
+
+def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], None] | None = None) -> TextChoice:
+    """Given files (--text-file / --sentiment-file), else ../shared/data, else the Hub, else skip."""
+    if files:
+        missing = [f for f in files if not Path(f).exists()]
+        if missing:
+            raise ValueError(f"{kind} corpus: no such file or folder {missing[0]!r}")
+        return TextChoice({"text_file": [str(Path(f)) for f in files]}, f"{kind}: {', '.join(files)} (given)")
+    source = TEXT_SOURCES[kind]
+    for data in _shared_data_dirs():
+        paths = [data / p for p in source["local"]]
+        if all(p.is_file() for p in paths):
+            shown = ", ".join(f"../shared/data/{p}" for p in source["local"])
+            return TextChoice({"text_file": [str(p) for p in paths]}, f"{kind}: {shown}")
+    if hub_check is None:
+        from training.text import check_hub_reachable as hub_check
+    try:
+        hub_check(source["hub"])
+        return TextChoice({"dataset": source["hub"]}, f"{kind}: Hugging Face dataset {source['hub']}")
+    except Exception as e:  # DatasetUnavailable, or anything else the check raises
+        return TextChoice(
+            note=f"{kind}: skipped: no corpus given (--{'text' if kind == 'lm' else 'sentiment'}-file), none in "
+            f"../shared/data, and the Hub is unreachable ({str(e).split(';')[0]})",
+            skipped=True,
+        )
+
+
+# --------------------------------------------------------------------------- the grid
+def preset_runs(preset: dict[str, Any], text: dict[str, TextChoice]) -> list[Run]:
+    """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out."""
+    runs: list[Run] = []
+    base_train = dict(preset.get("train") or {})
+    for study, spec in preset["studies"].items():
+        tasks = _tasks_from_file(spec["tasks"])
+        if spec.get("text"):
+            choice = text[spec["text"]]
+            if choice.skipped:
+                continue
+            tasks = [(t, {**p, **choice.params}) for t, p in tasks]
+        try:
+            expanded = expand_grid(
+                _as_list(spec.get("variants", ["all"])), tasks,
+                [dict(s) for s in _as_list(spec.get("sizes", [{}]))],
+                _as_list(spec.get("seeds", [0])), _as_list(spec.get("lrs", [1e-3])),
+                {**base_train, **(spec.get("train") or {})},
+            )
+        except ValueError as e:
+            raise ValueError(f"study {study!r}: {e}") from None
+        runs.extend((f"{study}/{name}", cfg) for name, cfg in expanded)
+    return runs
+
+
+def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
+    """Rough training FLOPs (6 x parameters x tokens, attention included), for ordering and the time estimate."""
+    d, layers = cfg.d_model, cfg.n_layers
+    params = layers * 12 * d * d + d_vocab * d
+    return 6.0 * cfg.steps * cfg.batch_size * n_ctx * (params + layers * n_ctx * d)
+
+
+def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
+    """Refuse to reuse a run directory trained with a different configuration (e.g. an edited preset)."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text())["train"]
+    except (json.JSONDecodeError, KeyError, OSError):
+        return  # unreadable: the trainer's own check reports it
+    wanted = cfg.to_dict()
+    diff = [k for k in wanted if k not in ("device", "compile") and saved.get(k, wanted[k]) != wanted[k]
+            and not (isinstance(wanted[k], tuple) and list(wanted[k]) == saved.get(k))]
+    if diff:
+        k = diff[0]
+        raise ValueError(
+            f"{run_dir} was trained with {k}={saved.get(k)!r}, the preset now says {k}={wanted[k]!r}; "
+            "move that directory away or reproduce into another --out"
+        )
+
+
+# --------------------------------------------------------------------------- workers
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _train_job(job: tuple[str, dict, str]) -> dict[str, Any]:
+    from training.trainer import train
+
+    name, cfg_dict, out_dir = job
+    cfg = TrainConfig.from_dict(cfg_dict)
+    start = time.perf_counter()
+    try:
+        summary = train(cfg, out_dir, resume=True, progress=False, argv=["mixit", "reproduce", f"(run {name})"])
+    except Exception as e:  # one failed run must not stop the reproduction
+        summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
+    summary.setdefault("elapsed_s", time.perf_counter() - start)
+    return {"run": name, **summary}
+
+
+def _analyze_job(job: tuple[str, str, dict]) -> dict[str, Any]:
+    from analysis.cli import analyze_checkpoint
+
+    name, run_dir, options = job
+    try:
+        status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / "analysis", options, device="cpu")
+    except Exception as e:
+        return {"run": name, "status": "error", "message": f"{type(e).__name__}: {e}"}
+    return {"run": name, "status": status}
+
+
+def _pool_map(fn: Callable, jobs: list, workers: int, threads: int):
+    """Results of fn over jobs, in completion order, on `workers` spawned processes (inline for one)."""
+    if workers <= 1 or len(jobs) <= 1:
+        _init_worker(threads)
+        yield from map(fn, jobs)
+        return
+    pool = mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(threads,))
+    try:
+        yield from pool.imap_unordered(fn, jobs)
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+# --------------------------------------------------------------------------- stages
+def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: Callable[[str], None]) -> pd.DataFrame:
+    """Train every unfinished run, longest first; the bar counts estimated work, its label runs done/total."""
+    todo, rows = [], {}
+    costs: dict[str, float] = {}
+    for name, cfg in runs:
+        run_dir = out / name
+        check_not_stale(run_dir, cfg)
+        if is_finished(run_dir):
+            rows[name] = {"run": name, **read_summary(run_dir)}
+            continue
+        with task_data_cache(run_dir.parent / DATA_CACHE_DIR):
+            mcfg = cfg.model_config()
+        costs[name] = run_cost(cfg, mcfg.n_ctx, mcfg.d_vocab)
+        todo.append(name)
+    todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers
+    log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train "
+        f"on {workers} worker(s)")
+    by_name = dict(runs)
+    total = sum(costs.values()) or 1.0
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    jobs = [(n, by_name[n].to_dict(), str(out / n)) for n in todo]
+    done = len(runs) - len(todo)
+    bar = tqdm(total=round(total / 1e9, 1), unit="GFLOP", disable=not progress or not todo,
+               desc=f"train {done}/{len(runs)} runs", bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
+    try:
+        for row in _pool_map(_train_job, jobs, workers, threads):
+            rows[row["run"]] = row
+            done += 1
+            bar.set_description_str(f"train {done}/{len(runs)} runs")
+            bar.update(round(costs[row["run"]] / 1e9, 1))
+            if row["status"] != "finished":
+                log(f"  {row['run']}: {row['status']} {row.get('message', '')}".rstrip())
+    finally:
+        bar.close()
+    table = pd.DataFrame([rows[n] for n, _ in runs if n in rows])
+    for study, group in table.groupby(table["run"].str.split("/").str[0], sort=False):
+        flat = group.assign(run=group["run"].str.split("/", n=1).str[1])
+        if "task_params" in flat:
+            flat["task_params"] = flat["task_params"].map(lambda p: json.dumps(p, sort_keys=True) if isinstance(p, dict) else p)
+        flat.to_csv(out / study / "summary.csv", index=False)
+    return table
+
+
+def analysis_stage(runs: list[Run], out: Path, options: dict, workers: int, progress: bool,
+                   log: Callable[[str], None]) -> dict[str, int]:
+    """`mixit analyze` every finished run (cached by checkpoint hash, so reruns cost a hash each)."""
+    jobs = [(n, str(out / n), options) for n, _ in runs
+            if is_finished(out / n) and read_summary(out / n).get("status") == "finished"]
+    counts = {"computed": 0, "cached": 0, "error": 0}
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
+    try:
+        for row in _pool_map(_analyze_job, jobs, workers, threads):
+            counts[row["status"]] += 1
+            if row["status"] == "error":
+                log(f"  analysis of {row['run']} failed: {row['message']}")
+            bar.update(1)
+    finally:
+        bar.close()
+    log(f"analyze: {counts['computed']} computed, {counts['cached']} cached, {counts['error']} failed")
+    return counts
+
+
+def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.DataFrame]) -> tuple[pd.DataFrame, bool]:
+    """Read path if it was made with the same config (path.json beside it), else compute and write both."""
+    meta = path.with_suffix(".json")
+    if path.is_file() and meta.is_file():
+        try:
+            if json.loads(meta.read_text()) == json.loads(json.dumps(config)):
+                return pd.read_csv(path), True
+        except (json.JSONDecodeError, OSError, ValueError):
+            pass
+    df = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+    write_json(meta, config)
+    return df, False
+
+
+def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+    from analysis.signal import signal_propagation
+
+    config = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128], "seeds": [0, 1, 2],
+              **spec}
+    _, cached = _cached_csv(out / "signal" / "signal.csv", config, lambda: signal_propagation(**config))
+    log(f"signal: {'cached' if cached else 'computed'} ({', '.join(config['variants'])} at depths {config['depths']})")
+
+
+def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+    import torch
+
+    from training.benchmark import measure_throughput
+
+    config = {"variants": "all", "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch_size": 32,
+              "vocab": 512, "steps": 5, "repeats": 3, "warmup": 2, "device": "auto", **spec}
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)  # measured alone, after training, on every core
+    try:
+        df, cached = _cached_csv(out / "speed" / "speed.csv", config, lambda: measure_throughput(**config))
+    finally:
+        torch.set_num_threads(before)
+    log(f"speed: {'cached' if cached else 'measured'} ({len(df)} variants)")
+
+
+# --------------------------------------------------------------------------- the whole pipeline
+def reproduce(
+    preset: dict[str, Any],
+    out: str | Path,
+    report_dir: str | Path,
+    figures_dir: str | Path,
+    *,
+    workers: int | None = None,
+    text_files: list[str] | None = None,
+    sentiment_files: list[str] | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    hub_check: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every stage of the preset into `out`; return the manifest (also written to out/reproduce.json)."""
+    out, report_dir, figures_dir = Path(out), Path(report_dir), Path(figures_dir)
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1")
+    started = time.time()
+    timings: dict[str, float] = {}
+
+    needed = {spec["text"] for spec in preset["studies"].values() if spec.get("text")}
+    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check) for k in sorted(needed)}
+    for choice in text.values():
+        log(("note: " if choice.skipped else "text: ") + choice.note)
+    runs = preset_runs(preset, text)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "format": "mixit-lab/reproduce", "preset": preset["name"], "preset_contents": preset,
+        "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in text.items()},
+        "runs": [n for n, _ in runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "status": "running", "timings_s": timings, "workers": workers,
+    }
+    write_json(out / MANIFEST, manifest)
+
+    def stage(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        result = fn()
+        timings[name] = round(time.perf_counter() - t0, 1)
+        return result
+
+    table = stage("train", lambda: train_stage(runs, out, workers, progress, log))
+    options = {"n_seqs": 32, "seq_len": 32, "eval_samples": 256, "ablation": "mean", "seed": 0,
+               **(preset.get("analysis") or {})}
+    stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
+    stage("signal", lambda: signal_stage(preset.get("signal") or {}, out, log))
+    stage("speed", lambda: speed_stage(preset.get("speed") or {}, out, log))
+
+    import figures
+
+    made = stage("figures", lambda: figures.make_all(out, figures_dir))
+    for name, result in made.items():
+        log(f"figure {name}: " + (", ".join(str(p) for p in result) if isinstance(result, list) else f"skipped: {result}"))
+
+    from .report import write_report
+
+    manifest.update(status="finished", failed_runs=int((table["status"] != "finished").sum()) if len(table) else 0,
+                    wall_s=round(time.time() - started, 1))
+    findings = stage("report", lambda: write_report(out, report_dir, manifest, figures_dir))
+    manifest["wall_s"] = round(time.time() - started, 1)
+    manifest["findings"] = findings
+    write_json(out / MANIFEST, manifest)
+    log(f"report: {report_dir / 'report.md'} ({sum(f['holds'] is True for f in findings)} of {len(findings)} "
+        f"findings hold); wall time {manifest['wall_s']:.0f}s")
+    return manifest
