@@ -149,8 +149,8 @@ def plot(runs_dir: Path) -> Figure:
         for col, (title, (layer, head)) in enumerate(heads):
             im_t = axes[0, col].imshow(trained[col], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
             im_f = axes[1, col].imshow(fixed[col], cmap=DIVERGING_CMAP, vmin=-vlim, vmax=vlim, interpolation="nearest")
-            axes[0, col].set_title(f"{title}: L{layer} H{head}")
-            axes[1, col].set_title(f"MixiT L{layer} H{head}")
+            axes[0, col].set_title(f"{title}\nlayer {layer}, head {head}")
+            axes[1, col].set_title(f"layer {layer}, head {head}")
         for ax in axes.flat:
             ax.grid(False)
             ax.set_facecolor("#F2F2F2")

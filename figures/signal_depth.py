@@ -63,7 +63,7 @@ def plot(runs_dir: Path) -> Figure:
     df = read_signal(runs_dir)
     width = int(df["d_model"].iloc[0])
     depths = sorted(df["depth"].unique())
-    panels = [("covariance", "token covariance, last layer"), ("cosine", "token cosine similarity, last layer")]
+    panels = [("covariance", "token covariance"), ("cosine", "token cosine similarity")]
 
     with paper_style():
         fig = new_figure(DOUBLE_WIDTH, 2.2)
@@ -89,9 +89,10 @@ def plot(runs_dir: Path) -> Figure:
                 else:
                     positive = np.abs(values[values != 0])
                     ax.set_yscale("symlog", linthresh=float(positive.min()) if positive.size else 1e-6)
+                ax.margins(y=0.08)
         legend_above(fig)
         n_seeds = int(df["n_seeds"].max()) if "n_seeds" in df else 1
-        note = f"at initialization, d_model {width}"
+        note = f"after the last layer, at initialization, d_model {width}"
         if n_seeds > 1:
             note += f"; shaded: ±1 s.d. over {n_seeds} seeds"
         axes[1].set_title(note, loc="right", fontsize=6, color="#555555")

@@ -22,6 +22,7 @@ from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_
 
 NAME = "task_accuracy"
 GROUPS = ("algorithmic", "retrieval", "khop", "sentiment")
+CHAR_WIDTH = 0.06  # inches per character of a 7 pt tick label (with some room between labels)
 
 
 def _natural_key(text: str) -> list:
@@ -48,8 +49,12 @@ def plot(runs_dir: Path) -> Figure:
                    key=lambda t: (group_rank.get(first_group[t], len(GROUPS)), _natural_key(t)))
     variants = variants_in(stats)
 
+    labels = [tick_label(t) for t in tasks]
+    label_width = len(tasks) * max(len(line) for t in labels for line in t.split("\n")) * CHAR_WIDTH
+    wide = len(tasks) * len(variants) > 12 or label_width > COLUMN_WIDTH - 0.5
+    rotate = label_width > DOUBLE_WIDTH - 0.5
+
     with paper_style():
-        wide = len(tasks) * len(variants) > 12
         fig = new_figure(DOUBLE_WIDTH if wide else COLUMN_WIDTH, 2.3)
         ax = fig.add_subplot()
         width = 0.8 / len(variants)
@@ -67,7 +72,11 @@ def plot(runs_dir: Path) -> Figure:
             zero = (d["mean"] == 0).to_numpy()  # a visible stub, so that 0% is not mistaken for a missing run
             ax.hlines(np.zeros(zero.sum()), pos[zero] - width * 0.45, pos[zero] + width * 0.45, color=s.color,
                       linewidth=1.5, clip_on=False, zorder=3)
-        ax.set_xticks(x, [tick_label(t) for t in tasks])
+        if rotate:
+            ax.set_xticks(x, [t.replace("\n", " ", 1).replace("\n", ", ") for t in labels], rotation=30, ha="right",
+                          rotation_mode="anchor")
+        else:
+            ax.set_xticks(x, labels)
         ax.set_xlim(-0.5, len(tasks) - 0.5)
         ax.set_ylim(0, 100)
         ax.set_ylabel("eval accuracy (%)")
