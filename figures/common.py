@@ -55,8 +55,24 @@ def select_runs(
 
 
 def param(runs: pd.DataFrame, name: str) -> pd.Series:
-    """One task parameter of every run (NaN where the run's task does not have it)."""
-    return runs["task_params"].map(lambda p: p.get(name) if isinstance(p, dict) else None).astype(float)
+    """One numeric task parameter of every run: the value it was trained with, else the task's default
+    (a run records only the parameters it was given); NaN where the run's task has no such parameter."""
+    return pd.Series([_param(task, params, name) for task, params in zip(runs["task"], runs["task_params"])],
+                     index=runs.index, dtype=float)
+
+
+def _param(task: str, params: object, name: str) -> float | None:
+    import inspect
+
+    from training.tasks import TASKS
+
+    if isinstance(params, dict) and params.get(name) is not None:
+        return params[name]
+    if task in TASKS:
+        default = inspect.signature(TASKS[task].__init__).parameters.get(name)
+        if default is not None and isinstance(default.default, (int, float)) and not isinstance(default.default, bool):
+            return default.default
+    return None
 
 
 def best_config(runs: pd.DataFrame, keys: Sequence[str], value: str, higher_is_better: bool = True) -> pd.DataFrame:
@@ -94,22 +110,25 @@ def variants_in(df: pd.DataFrame) -> list[str]:
     return order_variants(df["variant"].dropna())
 
 
-def plot_variant_lines(ax: Axes, stats: pd.DataFrame, x: str, scale: float = 1.0) -> bool:
+def plot_variant_lines(ax: Axes, stats: pd.DataFrame, x: str, scale: float = 1.0) -> None:
     """One line per variant of stats (from seed_stats, with `x` and variant among its keys), error bars
-    spanning the seeds' min..max where there is more than one seed. Returns whether any bar was drawn."""
+    spanning the seeds' min..max where there is more than one seed."""
     from .style import variant_style
 
-    spread = False
     for v in variants_in(stats):
         s = variant_style(v)
         d = stats[stats["variant"] == v].sort_values(x)
-        yerr = None
-        if (d["n"] > 1).any():
-            spread = True
-            yerr = np.vstack([(d["mean"] - d["min"]) * scale, (d["max"] - d["mean"]) * scale])
-        ax.errorbar(d[x], d["mean"] * scale, yerr=yerr, color=s.color, marker=s.marker, label=s.label,
-                    markeredgecolor="white", markeredgewidth=0.4, elinewidth=0.7)
-    return spread
+        ax.errorbar(d[x], d["mean"] * scale, yerr=seed_errors(d, scale), color=s.color, marker=s.marker,
+                    label=s.label, markeredgecolor="white", markeredgewidth=0.4, elinewidth=0.7)
+
+
+def seed_errors(stats: pd.DataFrame, scale: float = 1.0) -> np.ndarray | None:
+    """Asymmetric error bars [2, n] from the mean to the seeds' min and max (NaN, no bar, for one seed)."""
+    several = (stats["n"] > 1).to_numpy()
+    if not several.any():
+        return None
+    spread = np.vstack([stats["mean"] - stats["min"], stats["max"] - stats["mean"]]) * scale
+    return np.where(several, spread, np.nan)
 
 
 def value_ticks(ax: Axes, values: Iterable[float], axis: str = "x", log: bool | None = None) -> None:
@@ -151,9 +170,9 @@ def legend_above(fig_or_ax, handles=None, labels=None, ncol: int | None = None, 
                          borderaxespad=0.2, **kwargs)
 
 
-def spread_note(seeds: Iterable[int]) -> str:
-    """A note for error bars: what they span."""
-    n = max(seeds, default=1)
+def spread_note(seed_counts: Iterable[int]) -> str:
+    """A note for error bars: what they span ('' when every point is a single seed)."""
+    n = max(seed_counts, default=1)
     return f"error bars: min–max over {n} seeds" if n > 1 else ""
 
 

@@ -39,7 +39,7 @@ def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append(row)
     out = runs.reset_index(drop=True).join(pd.DataFrame(rows, columns=["accuracy", "bits", "max_bits",
                                                                        "bits_per_trainable_param"]))
-    return out.assign(keys=param(out, "n") ** param(out, "d").fillna(2))
+    return out.assign(keys=param(out, "n") ** param(out, "d"))
 
 
 def plot(runs_dir: Path) -> Figure:

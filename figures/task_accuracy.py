@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import NoData, best_config, finished_runs, legend_above, seed_stats, select_runs, spread_note, variants_in
+from .common import (NoData, best_config, finished_runs, legend_above, seed_errors, seed_stats, select_runs, spread_note,
+                     variants_in)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "task_accuracy"
@@ -62,12 +63,8 @@ def plot(runs_dir: Path) -> Figure:
         for i, v in enumerate(variants):
             d = stats[stats["variant"] == v].set_index("task_label").reindex(tasks)
             s = variant_style(v)
-            yerr = None
-            if (d["n"] > 1).any():
-                several = (d["n"] > 1).to_numpy()
-                yerr = np.where(several, np.vstack([d["mean"] - d["min"], d["max"] - d["mean"]]) * 100, np.nan)
             pos = x + (i - (len(variants) - 1) / 2) * width
-            ax.bar(pos, d["mean"] * 100, width, yerr=yerr, color=s.color, label=s.label, edgecolor="white",
+            ax.bar(pos, d["mean"] * 100, width, yerr=seed_errors(d.fillna({"n": 0}), 100), color=s.color, label=s.label, edgecolor="white",
                    linewidth=0.3, error_kw={"elinewidth": 0.6, "capsize": 1})
             zero = (d["mean"] == 0).to_numpy()  # a visible stub, so that 0% is not mistaken for a missing run
             ax.hlines(np.zeros(zero.sum()), pos[zero] - width * 0.45, pos[zero] + width * 0.45, color=s.color,

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import figures
-from figures import FIGURE_NAMES, FigureError, NoData, make_all
-from figures.common import best_config, default_out_dir
+from figures import FIGURE_NAMES, FigureError, make_all
+from figures.common import best_config, default_out_dir, param
 from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
 from models import VARIANTS
 from training import TrainConfig, train
@@ -185,6 +185,13 @@ def test_best_config_keeps_all_seeds_of_the_best_learning_rate():
     assert list(best.loc[best["variant"] == "b", "lr"]) == [3e-3]
     lowest = best_config(runs, ["variant"], "eval_acc", higher_is_better=False)
     assert list(lowest.loc[lowest["variant"] == "b", "eval_acc"]) == [0.1]
+
+
+def test_task_parameters_fall_back_to_the_task_defaults():
+    runs = pd.DataFrame({"task": ["retrieval", "memorize", "lm"], "task_params": [{}, {"n": 4}, {"seq_len": 8}]})
+    pairs = param(runs, "pairs")
+    assert pairs[0] == 30 and pairs[1:].isna().all()  # retrieval's default; the others have no pairs
+    assert param(runs, "n")[1] == 4 and param(runs, "d")[1] == 2  # d not given: memorize's default
 
 
 def test_figures_show_the_runs_they_are_about(runs_dir):
