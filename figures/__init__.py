@@ -1,1 +1,89 @@
-"""Figure-reproduction scripts. Not built yet: this package is a placeholder."""
+"""Publication figures of a reproduction: one module per figure, drawn from a directory of runs.
+
+    from figures import FIGURES, make_all
+    results = make_all("runs/quick", "figures/out/quick")     # name -> [png, pdf] or "skip reason"
+    fig = FIGURES["retrieval_pairs"].plot(Path("runs/quick"))  # a matplotlib Figure
+
+Each module (`python -m figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
+`plot(runs_dir) -> Figure`, raising `figures.common.NoData` when the directory has nothing for
+it. Figures only read run directories and their analyses; they never train. Looks (variant names,
+colours, fonts, sizes) come from figures.style.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Iterable
+
+from .common import NoData
+
+FIGURE_NAMES = (
+    "task_accuracy",
+    "retrieval_pairs",
+    "attention_maps",
+    "induction_heads",
+    "memorization",
+    "lm_curves",
+    "signal_depth",
+    "speed",
+    "depth_accuracy",
+)
+
+
+def __getattr__(name: str):
+    """`FIGURES` (name -> figure module) is built on first use, so that importing the package (as the
+    `mixit` command line does) does not import matplotlib and every figure module."""
+    if name == "FIGURES":
+        figures = {n: importlib.import_module(f"{__name__}.{n}") for n in FIGURE_NAMES}
+        globals()["FIGURES"] = figures
+        return figures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class FigureError(RuntimeError):
+    """One or more figures failed for a reason other than missing data (a bug, or a malformed file).
+
+    `results` holds what the other figures gave (as make_all returns it), `failures` the
+    (name, exception) of each failed figure.
+    """
+
+    def __init__(self, results: dict[str, list[Path] | str], failures: list[tuple[str, BaseException]]):
+        detail = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in failures)
+        super().__init__(f"{len(failures)} figure(s) failed: {detail}")
+        self.results = results
+        self.failures = failures
+
+
+def make_all(
+    runs_dir: str | Path, out_dir: str | Path, only: Iterable[str] | None = None
+) -> dict[str, list[Path] | str]:
+    """Draw every figure (or those named in `only`) from runs_dir into out_dir as PNG and PDF.
+
+    Returns name -> the files written, or the one-line reason it was skipped (NoData). Any other
+    error in a figure does not stop the others: they are all drawn first, then a FigureError names
+    the figures that failed (the first error is its cause).
+    """
+    from .style import save
+
+    names = list(FIGURE_NAMES if only is None else only)
+    unknown = [n for n in names if n not in FIGURE_NAMES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURE_NAMES)}")
+    runs_dir = Path(runs_dir)
+    results: dict[str, list[Path] | str] = {}
+    failures: list[tuple[str, BaseException]] = []
+    for name in names:
+        try:
+            fig = importlib.import_module(f"{__name__}.{name}").plot(runs_dir)
+            results[name] = save(fig, out_dir, name)
+        except NoData as e:
+            results[name] = str(e)
+        except Exception as e:  # noqa: BLE001 - collected and re-raised below, with the figure's name
+            failures.append((name, e))
+    if failures:
+        raise FigureError(results, failures) from failures[0][1]
+    return results
+
+
+__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "make_all"]

@@ -1,0 +1,217 @@
+"""What the figure modules share: selecting runs, averaging over seeds, drawing per-variant series, the CLI.
+
+Every figure module exposes `plot(runs_dir) -> Figure` and raises `NoData(reason)` when the runs
+directory holds nothing it can draw. Runs are read with `analysis.runs.load_runs`; only finished
+runs count (a diverged or interrupted run has no final evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.runs import load_runs
+
+if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through figures.style
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# Run settings that, with the task, make one configuration; seeds are repeats of a configuration.
+CONFIG_KEYS = ("d_model", "n_layers", "n_heads", "lr", "steps", "batch_size")
+
+
+class NoData(Exception):
+    """The runs directory holds nothing this figure can draw; the message is one line saying what is missing."""
+
+
+def finished_runs(runs_dir: str | Path) -> pd.DataFrame:
+    """The finished runs below runs_dir (see analysis.runs.COLUMNS); NoData if the directory is missing."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise NoData(f"{runs_dir} is not a directory")
+    df = load_runs(runs_dir)
+    return df[df["status"] == "finished"].reset_index(drop=True)
+
+
+def select_runs(
+    runs: pd.DataFrame,
+    groups: Sequence[str],
+    fallback: Callable[[pd.DataFrame], pd.Series] | None = None,
+    what: str = "runs",
+) -> pd.DataFrame:
+    """Runs in the given groups; if there are none, the runs where `fallback(runs)` is True; else NoData."""
+    chosen = runs[runs["group"].isin(groups)]
+    if chosen.empty and fallback is not None and not runs.empty:
+        chosen = runs[fallback(runs)]
+    if chosen.empty:
+        raise NoData(f"no finished {what} (looked for group {'/'.join(groups)})")
+    return chosen.reset_index(drop=True)
+
+
+def param(runs: pd.DataFrame, name: str) -> pd.Series:
+    """One numeric task parameter of every run: the value it was trained with, else the task's default
+    (a run records only the parameters it was given); NaN where the run's task has no such parameter."""
+    return pd.Series([_param(task, params, name) for task, params in zip(runs["task"], runs["task_params"])],
+                     index=runs.index, dtype=float)
+
+
+def _param(task: str, params: object, name: str) -> float | None:
+    import inspect
+
+    from training.tasks import TASKS
+
+    if isinstance(params, dict) and params.get(name) is not None:
+        return params[name]
+    if task in TASKS:
+        default = inspect.signature(TASKS[task].__init__).parameters.get(name)
+        if default is not None and isinstance(default.default, (int, float)) and not isinstance(default.default, bool):
+            return default.default
+    return None
+
+
+def best_config(runs: pd.DataFrame, keys: Sequence[str], value: str, higher_is_better: bool = True) -> pd.DataFrame:
+    """For each combination of `keys`, the runs (all seeds) of its best configuration by mean `value`.
+
+    A configuration is task_label plus CONFIG_KEYS not among `keys`; when a study tries several
+    learning rates (or sizes) for one variant, the figure shows the one that did best, as the
+    paper reports the best learning rate.
+    """
+    runs = runs[runs[value].notna()].reset_index(drop=True)
+    if runs.empty:
+        return runs
+    config = [k for k in ("task_label", *CONFIG_KEYS) if k not in keys and k in runs]
+    cols = list(dict.fromkeys([*keys, *config]))
+    ident = runs[cols].astype(str).agg("|".join, axis=1)  # one string per configuration (NaN-safe)
+    group = runs[list(keys)].astype(str).agg("|".join, axis=1)
+    means = runs[value].groupby(ident).transform("mean")
+    order = means.sort_values(ascending=not higher_is_better, kind="stable").index
+    best = {}
+    for i in order:
+        best.setdefault(group[i], ident[i])
+    return runs[[best[g] == c for g, c in zip(group, ident)]].reset_index(drop=True)
+
+
+def seed_stats(runs: pd.DataFrame, keys: Sequence[str], value: str) -> pd.DataFrame:
+    """mean, min, max and n (seeds) of `value` for each combination of `keys`."""
+    stats = runs.groupby(list(keys), dropna=False)[value].agg(["mean", "min", "max", "count"]).reset_index()
+    return stats.rename(columns={"count": "n"})
+
+
+def variants_in(df: pd.DataFrame) -> list[str]:
+    """The variants present in df, in the figures' order."""
+    from .style import order_variants
+
+    return order_variants(df["variant"].dropna())
+
+
+def plot_variant_lines(ax: Axes, stats: pd.DataFrame, x: str, scale: float = 1.0) -> None:
+    """One line per variant of stats (from seed_stats, with `x` and variant among its keys), error bars
+    spanning the seeds' min..max where there is more than one seed."""
+    from .style import variant_style
+
+    for v in variants_in(stats):
+        s = variant_style(v)
+        d = stats[stats["variant"] == v].sort_values(x)
+        ax.errorbar(d[x], d["mean"] * scale, yerr=seed_errors(d, scale), color=s.color, marker=s.marker,
+                    label=s.label, markeredgecolor="white", markeredgewidth=0.4, elinewidth=0.7)
+
+
+def seed_errors(stats: pd.DataFrame, scale: float = 1.0) -> np.ndarray | None:
+    """Asymmetric error bars [2, n] from the mean to the seeds' min and max (NaN, no bar, for one seed)."""
+    several = (stats["n"] > 1).to_numpy()
+    if not several.any():
+        return None
+    spread = np.vstack([stats["mean"] - stats["min"], stats["max"] - stats["mean"]]) * scale
+    return np.where(several, spread, np.nan)
+
+
+def value_ticks(ax: Axes, values: Iterable[float], axis: str = "x", log: bool | None = None) -> None:
+    """Ticks exactly at the measured values (e.g. 16, 64, 256 keys), labelled plainly, no minor ticks.
+
+    Log scale when `log` is True, or (None) when the values span a factor of 8 or more."""
+    from matplotlib.ticker import NullLocator
+
+    values = sorted({float(v) for v in values})
+    if log is None:
+        log = len(values) > 2 and values[0] > 0 and values[-1] / values[0] >= 8
+    set_scale = ax.set_xscale if axis == "x" else ax.set_yscale
+    set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
+    if log:
+        set_scale("log")
+    shown = values if len(values) <= 8 else values[:: int(np.ceil(len(values) / 8))]
+    set_ticks(shown, [f"{v:,g}" for v in shown])
+    (ax.xaxis if axis == "x" else ax.yaxis).set_minor_locator(NullLocator())
+
+
+def legend_above(fig_or_ax, handles=None, labels=None, ncol: int | None = None, **kwargs):
+    """A legend in one row (or a few) above the plotting area, where it cannot cover data."""
+    from matplotlib.figure import Figure
+
+    target = fig_or_ax
+    if handles is None:
+        axes = target.axes if isinstance(target, Figure) else [target]
+        seen: dict[str, object] = {}
+        for ax in axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        labels, handles = list(seen), list(seen.values())
+    if not handles:
+        return None
+    ncol = ncol or min(len(handles), 6)
+    if isinstance(target, Figure):
+        return target.legend(handles, labels, loc="outside upper center", ncol=ncol, **kwargs)
+    return target.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol,
+                         borderaxespad=0.2, **kwargs)
+
+
+def spread_note(seed_counts: Iterable[int]) -> str:
+    """A note for error bars: what they span ('' when every point is a single seed)."""
+    n = max(seed_counts, default=1)
+    return f"error bars: min–max over {n} seeds" if n > 1 else ""
+
+
+def config_text(run: pd.Series) -> str:
+    """A short description of a run's model, e.g. 'd_model 64, 2 layers, 4 heads'."""
+    layers = int(run["n_layers"])
+    return f"d_model {int(run['d_model'])}, {layers} layer{'s' if layers != 1 else ''}, {int(run['n_heads'])} heads"
+
+
+# --------------------------------------------------------------------------- command line
+def default_out_dir(runs_dir: str | Path) -> Path:
+    """figures/out/<preset>, the preset named in runs_dir/reproduce.json, else runs_dir's own name."""
+    runs_dir = Path(runs_dir)
+    name = runs_dir.resolve().name
+    try:
+        preset = json.loads((runs_dir / "reproduce.json").read_text(encoding="utf-8")).get("preset")
+        if isinstance(preset, str) and preset and "/" not in preset and preset not in (".", ".."):
+            name = preset
+    except (OSError, ValueError, AttributeError):
+        pass
+    return Path("figures") / "out" / name
+
+
+def run_one(name: str, plot: Callable[[Path], Figure], argv: Sequence[str] | None = None) -> int:
+    """`python -m figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
+    from .style import save
+
+    p = argparse.ArgumentParser(prog=f"python -m figures.{name}", description=f"Draw the {name} figure.")
+    p.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
+    args = p.parse_args(argv)
+    if not args.runs_dir.is_dir():
+        print(f"{p.prog}: error: RUNS_DIR {args.runs_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        fig = plot(args.runs_dir)
+    except NoData as e:
+        print(f"{name}: skipped: {e}", file=sys.stderr)
+        return 1
+    paths = save(fig, args.out or default_out_dir(args.runs_dir), name)
+    print(f"{name}: {', '.join(str(x) for x in paths)}")
+    return 0
