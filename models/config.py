@@ -100,6 +100,9 @@ class ModelConfig:
     causal: bool = True  # False: bidirectional attention (sequence classification)
     n_classes: int | None = None  # set: a classification head replaces the unembedding (see Transformer.classify)
     init_std: float = 0.02
+    # W_Q and W_K at init (None: init_std). Frozen at std 0.02, attention logits scale like
+    # 0.0004 * d_model, so small frozen_qk models attend uniformly; 1/sqrt(d_model) gives O(1) logits.
+    qk_init_std: float | None = None
     rope_base: float = 10_000.0
     norm_eps: float = 1e-6
     base_width: int = 512
@@ -131,6 +134,7 @@ class ModelConfig:
             )
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"seed={self.seed!r} must be an integer")
         _check(self.init_std > 0, f"init_std={self.init_std!r} must be > 0")
+        _check(self.qk_init_std is None or self.qk_init_std > 0, f"qk_init_std={self.qk_init_std!r} must be > 0 or None")
         _check(self.rope_base > 0, f"rope_base={self.rope_base!r} must be > 0")
         _check(self.norm_eps > 0, f"norm_eps={self.norm_eps!r} must be > 0")
         _check(0 < self.residual_scale < 1, f"residual_scale={self.residual_scale!r} must lie in (0, 1)")

@@ -404,14 +404,17 @@ class Transformer(HookedRootModule):
 
     @torch.no_grad()
     def _init_weights(self) -> None:
-        """N(0, init_std^2) for every weight matrix and embedding, zeros for biases, ones for norms.
+        """N(0, init_std^2) for every weight matrix and embedding (W_Q, W_K: qk_init_std if set),
+        zeros for biases, ones for norms.
 
         Uses a private generator, so the weights depend only on the config's seed.
         """
         g = torch.Generator().manual_seed(derive_seed(self.config.seed, "weights"))
+        qk_std = self.config.qk_init_std or self.config.init_std
         for name, param in self.named_parameters():
-            if name.rsplit(".", 1)[-1].startswith("W_"):
-                param.normal_(0.0, self.config.init_std, generator=g)
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith("W_"):
+                param.normal_(0.0, qk_std if leaf in ("W_Q", "W_K") else self.config.init_std, generator=g)
 
     def forward(
         self,

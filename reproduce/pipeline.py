@@ -322,6 +322,10 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
 
     config = {"variants": "all", "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch_size": 32,
               "vocab": 512, "steps": 5, "repeats": 3, "warmup": 2, "device": "auto", **spec}
+    if config["variants"] == "all":
+        from models import VARIANTS
+
+        config["variants"] = list(VARIANTS)
     before = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # measured alone, after training, on every core
     try:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from analysis.runs import load_runs, read_analysis
+from models import VARIANTS
 from models.checkpoint import write_json
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
@@ -71,9 +72,24 @@ def _lookup(df: pd.DataFrame, value: str, **where: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- tables
+def _in_variant_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted by the task column (if any), then variants in registry order (standard first)."""
+    if df.empty or "variant" not in df:
+        return df.reset_index(drop=True)
+    rank = {v: i for i, v in enumerate(VARIANTS)}
+    first = ["task"] if "task" in df else []
+    then = [c for c in ("n", "depth", "n_layers") if c in df]
+    df = df.assign(_rank=df["variant"].map(rank)).sort_values([*first, "_rank", *then], kind="stable")
+    return df.drop(columns="_rank").reset_index(drop=True)
+
+
 def build_tables(runs_dir: str | Path) -> dict[str, pd.DataFrame]:
     """Every report table as a DataFrame (empty when the runs directory has nothing for it)."""
-    runs_dir = Path(runs_dir)
+    tables = _build_tables(Path(runs_dir))
+    return {name: _in_variant_order(df) for name, df in tables.items()}
+
+
+def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     runs = load_runs(runs_dir)
     tables: dict[str, pd.DataFrame] = {}
 
@@ -150,7 +166,7 @@ def build_tables(runs_dir: str | Path) -> dict[str, pd.DataFrame]:
         if heads:
             top = heads["top_induction"]
             rows.append({"variant": r.variant, "run": r.run, "top_induction": top["score"],
-                         "head": f"L{top['layer']}H{top['head']}", "chance": heads["chance"]})
+                         "head": f"L{top['layer']}H{top['head']}", "chance": heads["chance"]["induction"]})
     ind = pd.DataFrame(rows, columns=["variant", "run", "top_induction", "head", "chance"])
     if len(ind):
         ind = ind.loc[ind.groupby("variant")["top_induction"].idxmax()].reset_index(drop=True)
@@ -162,6 +178,8 @@ def build_tables(runs_dir: str | Path) -> dict[str, pd.DataFrame]:
         sp = pd.read_csv(speed_path)
         sp["faster_pct"] = -100 * sp["relative_to_standard"]
         sp["paper_faster_pct"] = sp["variant"].map(PAPER["speed_faster_pct"])
+        sp = sp[["variant", "d_model", "n_layers", "seq_len", "batch_size", "device", "params_trainable",
+                 "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "paper_faster_pct"]]
     else:
         sp = pd.DataFrame(columns=["variant", "tokens_per_s", "ms_per_sample", "faster_pct", "paper_faster_pct"])
     tables["speed"] = sp
@@ -315,7 +333,7 @@ def _fmt(x: Any) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     if isinstance(x, float):
-        return f"{x:.4g}" if abs(x) < 0.01 else f"{x:.2f}"
+        return f"{x:.4g}" if 0 < abs(x) < 0.01 else f"{x:.2f}"
     return str(x)
 
 
@@ -364,7 +382,8 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     lines = [
         f"# Reproduction report: preset `{manifest.get('preset')}`",
         "",
-        f"Reproducing Dong, Noci, Khodak, Li (2025), *Attention Retrieves, MLP Memorizes*. Runs: `{runs_dir}` "
+        f"Reproducing Dong, Noci, Khodak, Li (2025), *Attention Retrieves, MLP Memorizes*. "
+        f"Preset: {(manifest.get('preset_contents') or {}).get('about', manifest.get('preset'))}. Runs: `{runs_dir}` "
         f"({int((runs['status'] == 'finished').sum())} of {len(runs)} finished). "
         f"Wall time {manifest.get('wall_s', float('nan')):.0f} s on {manifest.get('workers')} worker(s); stages (s): "
         + ", ".join(f"{k} {v:g}" for k, v in (manifest.get("timings_s") or {}).items()) + ".",

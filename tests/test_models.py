@@ -334,3 +334,23 @@ def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
     assert len(calls) == 2  # one per layer
     model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
     assert len(calls) == 3  # layer 0 took the explicit path, layer 1 the fused one
+
+
+def test_qk_init_std_scales_only_queries_and_keys(tiny_cfg):
+    from models import build_model
+
+    base = build_model(tiny_cfg("frozen_qk", d_model=64, n_ctx=16))
+    wide = build_model(tiny_cfg("frozen_qk", d_model=64, n_ctx=16, qk_init_std=0.125))
+    a, b = base.blocks[0].attn, wide.blocks[0].attn
+    assert torch.allclose(b.W_Q, a.W_Q * (0.125 / 0.02)) and torch.allclose(b.W_K, a.W_K * (0.125 / 0.02))
+    assert torch.equal(a.W_V, b.W_V) and torch.equal(base.embed.W_E, wide.embed.W_E)
+    # At std 0.02 the frozen attention is all but uniform; at 1/sqrt(d_model) it is not.
+    tokens = torch.randint(0, 13, (4, 16), generator=torch.Generator().manual_seed(0))
+    spread = []
+    for model in (base, wide):
+        _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
+        pattern = cache["blocks.0.attn.hook_pattern"][:, :, -1]  # last query: all 16 keys visible
+        spread.append((pattern - 1 / 16).abs().max().item())
+    assert spread[0] < 0.01 < spread[1]
+    with pytest.raises(ValueError, match="qk_init_std=-1"):
+        tiny_cfg(qk_init_std=-1.0)
