@@ -1,9 +1,10 @@
-# Two entry points: `make demo` (the main job) and `make test`. Both set up .venv first.
+# Two entry points: `make reproduce` (the main job) and `make test`. Both set up .venv first.
+# `make demo` is the older one-sweep demo (every variant on 3-digit addition, ~3 min).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv clean
+.PHONY: reproduce demo test venv clean
 
 venv: $(VENV)/.installed
 
@@ -18,6 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	@touch $@
 
+reproduce: venv
+	$(BIN)/mixit reproduce --preset quick
+
 demo: venv
 	$(BIN)/mixit sweep --tasks addition --digits 3 --variants all --d-model 64 --n-layers 2 --n-heads 4 \
 		--steps 1500 --batch-size 128 --lr 1e-3 --eval-every 250 --seeds 0 --workers 2 --out checkpoints/demo
@@ -26,4 +30,4 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) checkpoints/demo
+	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick figures/out/quick

@@ -6,7 +6,9 @@
 
 A run directory is what `training.train` writes: run.json, metrics.jsonl, summary.json (once finished),
 checkpoint/ and, after `mixit analyze`, analysis/. Runs may sit at any depth below the root
-(`mixit reproduce` puts them in one folder per study: ROOT/<group>/<run>). Nothing here trains or
+(`mixit reproduce` puts them in one folder per study: ROOT/<study>/<run>). A run's `group` is its
+study's name up to the first "-", so studies `algorithmic` and `algorithmic-mixit` (say, the same tasks
+at another head count) feed the same tables and figures. Nothing here trains or
 writes; a broken run becomes a row with status "corrupt" and an `error` message instead of an exception.
 """
 
@@ -27,7 +29,7 @@ ANALYSIS_FILE = "analysis.json"
 SKIP_DIRS = {"checkpoint", ANALYSIS_DIR, ".token_cache", "__pycache__"}
 
 COLUMNS = [
-    "run", "group", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
+    "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
     "lr", "seed", "steps", "batch_size", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "error",
@@ -71,7 +73,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
     path = Path(path)
     rel = path.relative_to(root) if root is not None and path != Path(root) else Path(path.name)
     row: dict[str, Any] = {c: None for c in COLUMNS}
-    row.update(run=str(rel.as_posix()), group=rel.parts[0] if len(rel.parts) > 1 else "", path=str(path))
+    study = rel.parts[0] if len(rel.parts) > 1 else ""
+    row.update(run=str(rel.as_posix()), group=study.split("-", 1)[0], study=study, path=str(path))
     row["has_checkpoint"] = (path / "checkpoint" / "model.safetensors").is_file()
     row["has_analysis"] = (path / ANALYSIS_DIR / ANALYSIS_FILE).is_file()
     try:

@@ -11,7 +11,7 @@ from training import TrainConfig, train
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    for group, variant in (("a", "standard"), ("b", "mixit")):
+    for group, variant in (("a", "standard"), ("a-wide", "mixit")):
         cfg = TrainConfig(task="addition", task_params={"digits": 2}, variant=variant, d_model=16, n_layers=1,
                           n_heads=2, steps=4, batch_size=8, eval_every=2, eval_samples=32)
         train(cfg, root / group / f"add_{variant}", progress=False)
@@ -21,7 +21,7 @@ def runs_root(tmp_path_factory):
 def test_finds_nested_runs_and_reads_their_rows(runs_root):
     assert [p.name for p in find_runs(runs_root)] == ["add_standard", "add_mixit"]
     df = load_runs(runs_root)
-    assert list(df["group"]) == ["a", "b"]
+    assert list(df["group"]) == ["a", "a"] and list(df["study"]) == ["a", "a-wide"]
     assert list(df["variant"]) == ["standard", "mixit"]
     assert (df["status"] == "finished").all() and (df["step"] == 4).all()
     assert df["task_label"].iloc[0] == "addition(digits=2)"
