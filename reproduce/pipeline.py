@@ -368,6 +368,9 @@ def reproduce(
         "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in text.items()},
         "runs": [n for n, _ in runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "status": "running", "timings_s": timings, "workers": workers,
+        # where the other outputs went, as given (relative to the working directory) and resolved
+        "figures_dir": str(figures_dir), "report_dir": str(report_dir),
+        "figures_dir_resolved": str(figures_dir.resolve()), "report_dir_resolved": str(report_dir.resolve()),
     }
     write_json(out / MANIFEST, manifest)
 
