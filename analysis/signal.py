@@ -98,6 +98,7 @@ def signal_propagation(
     n_seqs: int = 16,
     seeds: Iterable[int] = (0, 1, 2),
     device: str | torch.device = "cpu",
+    **config: object,
 ) -> pd.DataFrame:
     """Token similarity after every layer of freshly initialised models: variant x width x depth x layer.
 
@@ -106,7 +107,8 @@ def signal_propagation(
     (drawn with the same seed). Returns a DataFrame with columns variant, d_model, depth, layer,
     cosine, covariance, variance (means over seeds and sequences, see the module docstring),
     cosine_std and covariance_std (standard deviation over seeds; 0 for one seed), n_seeds.
-    Deterministic for given arguments.
+    Deterministic for given arguments. Further keyword arguments go to every ModelConfig, e.g.
+    `sink_head=False` for MixiT without its sink heads.
     """
     variants, depths, widths, seeds = list(variants), list(depths), list(widths), list(seeds)
     unknown = [v for v in variants if v not in VARIANTS]
@@ -126,7 +128,7 @@ def signal_propagation(
                 per_seed = []
                 for seed in seeds:
                     cfg = ModelConfig(variant=variant, d_model=width, n_layers=depth, n_heads=n_heads,
-                                      n_ctx=n_ctx, d_vocab=d_vocab, seed=seed)
+                                      n_ctx=n_ctx, d_vocab=d_vocab, seed=seed, **config)
                     model = build_model(cfg).to(device)
                     tokens = random_tokens(d_vocab, n_seqs, n_ctx, seed)
                     per_seed.append(signal_propagation_model(model, tokens, batch_size=n_seqs))

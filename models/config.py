@@ -103,6 +103,10 @@ class ModelConfig:
     # W_Q and W_K at init (None: init_std). Frozen at std 0.02, attention logits scale like
     # 0.0004 * d_model, so small frozen_qk models attend uniformly; 1/sqrt(d_model) gives O(1) logits.
     qk_init_std: float | None = None
+    # MixiT: head 0 of each layer is a sink head (0.5 I + 0.5 on column 0). False makes every head a
+    # random mixing head. The sink pulls all tokens towards token 0, so at init it is what makes
+    # token similarity grow with depth (analysis.signal); without it MixiT's stays flat.
+    sink_head: bool = True
     rope_base: float = 10_000.0
     norm_eps: float = 1e-6
     base_width: int = 512
@@ -138,6 +142,7 @@ class ModelConfig:
         _check(self.rope_base > 0, f"rope_base={self.rope_base!r} must be > 0")
         _check(self.norm_eps > 0, f"norm_eps={self.norm_eps!r} must be > 0")
         _check(0 < self.residual_scale < 1, f"residual_scale={self.residual_scale!r} must lie in (0, 1)")
+        _check(isinstance(self.sink_head, bool), f"sink_head={self.sink_head!r} must be True or False")
         _check(isinstance(self.causal, bool), f"causal={self.causal!r} must be True or False")
         _check(
             self.n_classes is None

@@ -82,7 +82,8 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     A_h = I + N_h - rowmean(N_h), with N_h i.i.d. N(0, s_h^2) on the causal triangle (or the full
     matrix if bidirectional), the mean taken over each row's allowed entries so rows sum to 1.
     s_h = 1/sqrt(T d_head) + u_h (1/sqrt(T) - 1/sqrt(T d_head)), u_h ~ U[0, 1).
-    Head 0 is a sink head: 0.5 I + 0.5 on column 0. Reproducible from (seed, layer).
+    Head 0 is a sink head, 0.5 I + 0.5 on column 0, unless cfg.sink_head is False (then it is drawn
+    like the others; the other heads' matrices are the same either way). Reproducible from (seed, layer).
     """
     T, H = cfg.n_ctx, cfg.n_heads
     g = torch.Generator().manual_seed(derive_seed(cfg.seed, "mixing", layer))
@@ -96,9 +97,10 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     row_mean = noise.sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True)
     eye = torch.eye(T, dtype=torch.float64)
     A = (eye + noise - row_mean) * allowed
-    sink = 0.5 * eye
-    sink[:, 0] += 0.5
-    A[0] = sink
+    if cfg.sink_head:
+        sink = 0.5 * eye
+        sink[:, 0] += 0.5
+        A[0] = sink
     return A.float(), scale.float()
 
 

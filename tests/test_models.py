@@ -354,3 +354,22 @@ def test_qk_init_std_scales_only_queries_and_keys(tiny_cfg):
     assert spread[0] < 0.01 < spread[1]
     with pytest.raises(ValueError, match="qk_init_std=-1"):
         tiny_cfg(qk_init_std=-1.0)
+
+
+def test_mixit_without_sink_head(tiny_cfg):
+    """sink_head=False replaces only head 0 by a random mixing head; the sink is what collapses tokens with depth."""
+    from analysis.signal import signal_propagation_model
+    from models import build_model
+
+    with_sink = build_model(tiny_cfg("mixit", n_layers=1))
+    without = build_model(tiny_cfg("mixit", n_layers=1, sink_head=False))
+    a, b = with_sink.blocks[0].attn.mixing, without.blocks[0].attn.mixing
+    assert torch.equal(a[1:], b[1:]) and not torch.equal(a[0], b[0])
+    assert torch.allclose(b[0].sum(-1), torch.ones(16)) and torch.equal(b[0], b[0].tril())
+    assert b[0][:, 0].std() < 0.5  # no column of weight 0.5 on the first token
+    deep = dict(d_model=64, n_layers=16, n_ctx=32, d_vocab=64)
+    cos = [signal_propagation_model(build_model(tiny_cfg("mixit", sink_head=s, **deep)), n_seqs=4)["cosine"].iloc[-1]
+           for s in (True, False)]
+    assert cos[0] > 0.2 > 0.05 > abs(cos[1])
+    with pytest.raises(ValueError, match="sink_head='no'"):
+        tiny_cfg("mixit", sink_head="no")
