@@ -679,7 +679,7 @@ class SentimentClassification(_TextTask):
         rows = {}
         for split, texts, digest in (("train", corpus.train_texts, train_hash), ("val", corpus.val_texts, val_hash)):
             key = _digest("rows", digest, self._tokenizer_hash, L, CACHE_FORMAT)
-            rows[split] = torch.from_numpy(np.asarray(_cached_array(key, lambda t=texts: encode_rows(tok, t, L)), dtype=np.int64))
+            rows[split] = torch.from_numpy(np.array(_cached_array(key, lambda t=texts: encode_rows(tok, t, L)), dtype=np.int64))
         self.train_rows, self.val_rows = rows["train"], rows["val"]
         self.train_labels = torch.tensor(corpus.train_labels, dtype=torch.int64)
         self.val_labels = torch.tensor(corpus.val_labels, dtype=torch.int64)
