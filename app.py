@@ -380,8 +380,9 @@ def view_attention(root: Path, runs: pd.DataFrame) -> None:
     kinds = ex.head_kinds(model)
     n_layers, n_heads, n, _ = patterns.shape
     if ex.is_fixed_attention(model):
-        st.info("MixiT: every pattern is a fixed random matrix (input-independent), the same for any input; "
-                "head 0 of each layer is the sink head (half on the token itself, half on the first token).")
+        sink = ("; head 0 of each layer is the sink head (half on the token itself, half on the first token)"
+                if ex.has_sink_head(model) else "")
+        st.info(f"MixiT: every pattern is a fixed random matrix (input-independent), the same for any input{sink}.")
     titles = [f"L{l} H{h}: {kinds[l][h]}" for l in range(n_layers) for h in range(n_heads)]
     grid = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles, horizontal_spacing=0.04,
                          vertical_spacing=0.08 if n_layers > 1 else 0.0)

@@ -369,13 +369,16 @@ def attention_patterns(model, tokens: torch.Tensor) -> np.ndarray:
 
 def head_kinds(model) -> list[list[str]]:
     """[layer][head] -> what the head's pattern is: 'softmax', 'softmax, frozen Q/K', 'shaped',
-    'fixed (input-independent)' or 'fixed sink (input-independent)' (MixiT's head 0)."""
+    'fixed (input-independent)' or 'fixed sink (input-independent)' (MixiT's head 0, unless its
+    config has sink_head=False)."""
     from .common import attention_kind
 
     kind = attention_kind(model)
     cfg = model.cfg
     if kind == "mixing":
-        row = ["fixed sink (input-independent)"] + ["fixed (input-independent)"] * (cfg.n_heads - 1)
+        row = ["fixed (input-independent)"] * cfg.n_heads
+        if has_sink_head(model):
+            row[0] = "fixed sink (input-independent)"
     elif kind == "shaped":
         row = ["shaped: I + softmax - C"] * cfg.n_heads
     else:
@@ -383,6 +386,11 @@ def head_kinds(model) -> list[list[str]]:
         frozen = W_Q is not None and not W_Q.requires_grad
         row = ["softmax, frozen Q/K" if frozen else "softmax"] * cfg.n_heads
     return [list(row) for _ in range(cfg.n_layers)]
+
+
+def has_sink_head(model) -> bool:
+    """MixiT with head 0 of each layer a sink head (0.5 on the token itself, 0.5 on the first token)."""
+    return is_fixed_attention(model) and getattr(model.config, "sink_head", True)
 
 
 def is_fixed_attention(model) -> bool:

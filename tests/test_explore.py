@@ -198,6 +198,15 @@ def test_mixit_patterns_are_its_fixed_matrices(root, explorer_runs):
     assert ex.fixed_matrix_values(model) == 2 * 2 * model.cfg.n_ctx**2
 
 
+def test_mixit_without_sink_heads_has_no_sink_label(tiny_cfg):
+    from models import build_model
+
+    assert ex.head_kinds(build_model(tiny_cfg("mixit")))[1][0] == "fixed sink (input-independent)"
+    plain = build_model(tiny_cfg("mixit", sink_head=False))
+    assert not ex.has_sink_head(plain)
+    assert ex.head_kinds(plain) == [["fixed (input-independent)"] * 4] * 2
+
+
 def test_text_run_takes_typed_text_and_never_needs_its_corpus(root, explorer_runs, tmp_path):
     corpus = explorer_runs["corpus"] / "text.txt"
     moved = tmp_path / "text.txt"
