@@ -77,8 +77,9 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
     row.update(run=str(rel.as_posix()), group=study.split("-", 1)[0], study=study, path=str(path))
     row["has_checkpoint"] = (path / "checkpoint" / "model.safetensors").is_file()
     row["has_analysis"] = (path / ANALYSIS_DIR / ANALYSIS_FILE).is_file()
+    reading = path / RUN_FILE  # named in the error message
     try:
-        info = _read_json(path / RUN_FILE)
+        info = _read_json(reading)
         train = info["train"]
         params = dict(train.get("task_params") or {})
         row.update(
@@ -88,6 +89,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
         )
         summary_path = path / SUMMARY_FILE
         if summary_path.is_file():
+            reading = summary_path
             summary = _read_json(summary_path)
             row["status"] = summary.get("status", "finished")
             for key in ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
@@ -99,7 +101,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
             row["status"] = "running"
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         row["status"] = "corrupt"
-        row["error"] = f"{type(e).__name__}: {e}"
+        row["error"] = f"{reading.name}: {type(e).__name__}: {e}"
     return row
 
 

@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -43,3 +44,93 @@ def tiny_cfg():
         return ModelConfig(**base)
 
     return make
+
+
+# --------------------------------------------------------------------------- the explorer's runs directory
+TINY_TEXT = "\n".join(f"Line {i}: the quick brown fox jumps over the lazy dog near bank {i}." for i in range(40))
+TINY_SENTENCES = "\n".join(
+    [f"The food was great and the staff kind {i}.\t1" for i in range(12)]
+    + [f"Cold soup, slow and rude service {i}.\t0" for i in range(12)]
+)
+
+
+def _tiny_run(root: Path, study: str, name: str, task: str, params: dict, variant: str, n_layers: int = 2,
+              steps: int = 30) -> Path:
+    from training import TrainConfig, train
+
+    cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=n_layers, n_heads=2,
+                      seed=0, steps=steps, batch_size=32, lr=3e-3, eval_every=10, eval_samples=64, log_every=10,
+                      device="cpu")
+    out = root / study / name
+    train(cfg, out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def explorer_runs(tmp_path_factory) -> dict:
+    """A small runs directory laid out as `mixit reproduce` writes one, built once per test session.
+
+    retrieval/{standard, frozen_qk, mixit} (standard analysed, the others not), memorize/standard
+    (analysed: memory.csv), lm/standard and sentiment/mixit (byte tokenizer; their corpora lie
+    outside the runs directory), signal/signal.csv, speed/speed.csv, reproduce.json with a figure
+    inside the directory, and two broken runs: unreadable/bad-json (run.json is not JSON) and
+    unreadable/truncated (a copy of retrieval/standard whose model.safetensors is cut in half).
+    Returns {"root": Path, "corpus": Path, name: run directory, ...}.
+    """
+    import shutil
+    import warnings
+
+    from analysis.cli import analyze_checkpoint
+    from analysis.signal import signal_propagation
+    from training.benchmark import measure_throughput
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    base = tmp_path_factory.mktemp("explorer")
+    root, corpus = base / "runs", base / "corpus"
+    corpus.mkdir()
+    (corpus / "text.txt").write_text(TINY_TEXT)
+    (corpus / "sentences.txt").write_text(TINY_SENTENCES)
+    options = {"n_seqs": 8, "seq_len": 8, "eval_samples": 32, "ablation": "none", "seed": 0}
+    runs: dict = {"root": root, "corpus": corpus}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tiny tasks: the trainer warns that the stream sees eval rows
+            retrieval = {"pairs": 3, "num_values": 8}
+            for variant in ("standard", "frozen_qk", "mixit"):
+                runs[variant] = _tiny_run(root, "retrieval", f"retrieval-{variant}", "retrieval", retrieval, variant)
+            analyze_checkpoint(runs["standard"], runs["standard"] / "analysis", options, device="cpu")
+            runs["memorize"] = _tiny_run(root, "memorize", "memorize-standard", "memorize", {"n": 3, "d": 2},
+                                         "standard", n_layers=1)
+            analyze_checkpoint(runs["memorize"], runs["memorize"] / "analysis", options, device="cpu")
+            runs["lm"] = _tiny_run(root, "lm", "lm-standard", "lm", {"text_file": [str(corpus / "text.txt")],
+                                   "tokenizer": "byte", "seq_len": 16}, "standard", n_layers=1, steps=10)
+            runs["sentiment"] = _tiny_run(root, "sentiment", "sentiment-mixit", "sentiment",
+                                          {"text_file": [str(corpus / "sentences.txt")], "tokenizer": "byte",
+                                           "seq_len": 48}, "mixit", n_layers=1, steps=10)
+        (root / "signal").mkdir()
+        signal_propagation(variants=("random", "mixit"), depths=(1, 2), widths=(16,), n_heads=2, n_ctx=8,
+                           d_vocab=16, n_seqs=2, seeds=(0,)).to_csv(root / "signal" / "signal.csv", index=False)
+        (root / "speed").mkdir()
+        measure_throughput(["standard", "mixit"], d_model=16, n_layers=1, n_heads=2, seq_len=8, batch_size=4,
+                           vocab=16, steps=1, repeats=1, warmup=0, device="cpu").to_csv(root / "speed" / "speed.csv",
+                                                                                          index=False)
+        figures = root / "figures"
+        figures.mkdir()
+        from PIL import Image
+
+        Image.new("RGB", (40, 20), (0, 114, 178)).save(figures / "retrieval_pairs.png")
+        (root / "reproduce.json").write_text(json.dumps({"preset": "tiny", "figures_dir": "figures",
+                                                         "figures_dir_resolved": str(figures)}))
+        bad = root / "unreadable" / "bad-json"
+        bad.mkdir(parents=True)
+        (bad / "run.json").write_text("{not json")
+        runs["bad_json"] = bad
+        truncated = root / "unreadable" / "truncated"
+        shutil.copytree(runs["standard"], truncated)
+        weights = truncated / "checkpoint" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        runs["truncated"] = truncated
+    finally:
+        torch.set_num_threads(before)
+    return runs

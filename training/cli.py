@@ -27,7 +27,7 @@ from .tasks import DATA_CACHE_DIR, TASKS, task_data_cache
 from .trainer import TrainConfig, TrainingDiverged, train
 
 DEFAULTS = TrainConfig()
-COMMAND_MODULES: list[str] = ["analysis.cli", "figures.cli", "reproduce.cli"]  # each provides register(subparsers)
+COMMAND_MODULES: list[str] = ["analysis.cli", "figures.cli", "reproduce.cli", "analysis.app_cli"]  # each provides register(subparsers)
 
 
 class CLIError(Exception):

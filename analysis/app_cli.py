@@ -1,0 +1,61 @@
+"""`mixit app [DIR] [--port N]`: open the Streamlit explorer (app.py) on a directory of runs.
+
+app.py sits at the repository root, beside the packages, not inside one: the command finds it next
+to this package, so it works from a source checkout or an editable install (`pip install -e .`);
+a wheel installed elsewhere has no app.py and gets a one-line error saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_DIR = Path("checkpoints")
+APP_FILE = Path(__file__).resolve().parent.parent / "app.py"
+
+
+def register(subparsers) -> None:
+    """Add the `app` subcommand to the `mixit` parser (called by training.cli)."""
+    p = subparsers.add_parser(
+        "app",
+        help="open the Streamlit explorer on a directory of runs",
+        description="Start the explorer (streamlit run app.py -- --runs DIR) and print its address; Ctrl-C stops it.",
+    )
+    p.set_defaults(handler=cmd_app)
+    p.add_argument("runs", nargs="?", type=Path, default=DEFAULT_DIR, metavar="DIR",
+                   help=f"runs directory, e.g. runs/smoke after `mixit reproduce --preset smoke` (default: {DEFAULT_DIR})")
+    p.add_argument("--port", type=int, default=None,
+                   help="port to serve on (default: Streamlit's, 8501 or the next free one)")
+    p.add_argument("--headless", action="store_true", help="do not open a browser window")
+
+
+def streamlit_command(runs: Path, port: int | None = None, headless: bool = False, app: Path = APP_FILE) -> list[str]:
+    """The command line that serves app.py on `runs` (checked: the directory and app.py exist, the port is valid)."""
+    from training.cli import CLIError
+
+    if not runs.is_dir():
+        what = "is not a directory" if runs.exists() else "does not exist"
+        raise CLIError(f"mixit app: error: runs directory {str(runs)!r} {what} "
+                       f"(create runs with: mixit reproduce --preset smoke --out {runs})")
+    if port is not None and not 1 <= port <= 65535:
+        raise CLIError(f"mixit app: error: --port={port} must lie in 1..65535")
+    if not app.is_file():
+        raise CLIError(f"mixit app: error: {app} not found; the explorer runs from a source checkout or an editable "
+                       "install (pip install -e .), where app.py sits beside the packages")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false",
+           "--client.toolbarMode", "minimal"]
+    if port is not None:
+        cmd += ["--server.port", str(port)]
+    if headless:
+        cmd += ["--server.headless", "true"]
+    return cmd + ["--", "--runs", str(runs.resolve())]
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    cmd = streamlit_command(args.runs, args.port, args.headless)
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,604 @@
+"""The explorer's data layer: runs, models, inputs, attention patterns, head scores, predictions and
+comparisons for `app.py`, as plain functions (no Streamlit here), so they can be tested and reused.
+
+    from analysis import explore as ex
+    root = ex.open_root("runs/smoke")
+    runs = ex.list_runs(root)                          # one row per run (analysis.runs.COLUMNS + size)
+    model = ex.load_run_model(root, runs.path[0])
+    example = ex.eval_example(ex.run_task(root, runs.path[0]), 0)
+    patterns = ex.attention_patterns(model, example.tokens)   # [layer, head, query, key]
+
+Everything is read from one runs directory, the *root*. Every path is resolved (symlinks and `..`
+included) and checked to lie under the root before it is opened (`inside`), so the explorer never
+reads elsewhere: text runs, whose corpus lies outside, take their input as typed text (through the
+tokenizer saved in the run) instead of eval samples. Nothing here trains and nothing is written:
+head scores that `mixit analyze` did not store are computed in memory (`compute_head_table`).
+
+Listing is cached per run by the modification times of the files it reads, so listing 200 runs
+again costs one directory walk and a few `stat` calls per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .runs import ANALYSIS_DIR, ANALYSIS_FILE, COLUMNS, METRICS_FILE, RUN_FILE, SUMMARY_FILE, find_runs, load_run
+
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+MANIFEST = "reproduce.json"  # written by `mixit reproduce` at the top of its runs directory
+SIGNAL_FILE = "signal/signal.csv"
+SPEED_FILE = "speed/speed.csv"
+TEXT_TASKS = ("lm", "sentiment")  # their data come from a corpus outside the runs directory
+RUN_COLUMNS = [*COLUMNS, "size"]
+TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
+
+# The head scores the explorer shows, as stored by analysis.heads (column -> label).
+HEAD_SCORES = {
+    "induction": "induction",
+    "previous_token": "previous-token",
+    "first_token": "sink (first token)",
+    "copying": "copying",
+    "duplicate_token": "duplicate-token",
+    "current_token": "current-token",
+}
+# Which of `mixit figures`' figures draw on a run, by its group (the README's figures table).
+FIGURES_BY_GROUP = {
+    "algorithmic": ["task_accuracy"],
+    "retrieval": ["task_accuracy", "retrieval_pairs", "attention_maps"],
+    "khop": ["task_accuracy", "induction_heads"],
+    "sentiment": ["task_accuracy"],
+    "memorize": ["memorization"],
+    "lm": ["lm_curves"],
+    "depth": ["depth_accuracy"],
+}
+ROOT_FIGURES = ["signal_depth", "speed"]
+
+
+class OutsideRoot(ValueError):
+    """A path that resolves to somewhere outside the runs directory."""
+
+
+class NoHeadScores(ValueError):
+    """The model's context is too short for head scores on repeated sequences."""
+
+
+# --------------------------------------------------------------------------- paths
+def open_root(path: str | Path) -> Path:
+    """The runs directory, resolved; FileNotFoundError (one line, naming it) if it is not a directory."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        what = "is not a directory" if p.exists() else "does not exist"
+        raise FileNotFoundError(f"runs directory {str(path)!r} {what}")
+    return p.resolve()
+
+
+def inside(root: Path, path: str | Path) -> Path:
+    """`path` (absolute, or relative to root) resolved; OutsideRoot unless it lies under `root`."""
+    root = Path(root).resolve()
+    resolved = (root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise OutsideRoot(f"{path} is outside the runs directory {root}; the explorer reads nothing else")
+    return resolved
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+# --------------------------------------------------------------------------- runs
+_ROW_CACHE: dict[str, tuple[tuple, dict[str, Any]]] = {}
+_STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FILE}",
+            f"{CHECKPOINT_DIR}/model.safetensors")
+
+
+def _tail_records(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
+    """The complete JSON records among the last `max_bytes` of a metrics.jsonl (none if missing)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - max_bytes))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    if size > max_bytes:
+        lines = lines[1:]  # the first line was cut by the seek
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # cut off by a kill, or still being written
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def _progress_from_metrics(run_dir: Path) -> dict[str, Any]:
+    """step, loss, eval metrics, tokens/s of a run without summary.json, from the end of its metrics."""
+    records = _tail_records(run_dir / METRICS_FILE)
+    if not records:
+        return {}
+    last = records[-1]
+    out = {k: last.get(k) for k in ("step", "loss", "tokens_per_s", "elapsed_s")}
+    evals = [r for r in records if "eval_acc" in r]
+    if evals:
+        out.update(eval_acc=evals[-1].get("eval_acc"), eval_loss=evals[-1].get("eval_loss"))
+    return out
+
+
+def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
+    run_id = run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
+    try:
+        inside(root, run_dir)
+        for name in (RUN_FILE, SUMMARY_FILE, METRICS_FILE):
+            inside(root, run_dir / name)
+    except OutsideRoot as e:
+        row = {c: None for c in RUN_COLUMNS}
+        row.update(run=run_id, path=str(run_dir), status="corrupt", error=str(e))
+        return row
+    stamp = tuple(_stat(run_dir / name) for name in _STAMPED)
+    cached = _ROW_CACHE.get(str(run_dir))
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
+    row = load_run(run_dir, root)
+    row["run"] = run_id
+    if row["status"] == "running":
+        row.update(_progress_from_metrics(run_dir))
+    if row["status"] != "corrupt":
+        row["size"] = f"d{row['d_model']} L{row['n_layers']} H{row['n_heads']}"
+    _ROW_CACHE[str(run_dir)] = (stamp, row)
+    return dict(row)
+
+
+def list_runs(root: str | Path) -> pd.DataFrame:
+    """Every run below root, one row each: analysis.runs.COLUMNS plus `size` ("d16 L2 H2").
+
+    Runs without summary.json ("running": in progress or interrupted) get their step and latest
+    metrics from the end of metrics.jsonl. Unreadable runs are rows with status "corrupt" and an
+    `error`. Rows are cached by the modification times of the files they come from.
+    """
+    root = open_root(root)
+    return pd.DataFrame([_run_row(root, p) for p in find_runs(root)], columns=RUN_COLUMNS)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_run_info(root: Path, run_dir: str | Path) -> dict[str, Any]:
+    """The run's run.json (config, task, command, provenance); ValueError if unreadable."""
+    info = _read_json(inside(root, Path(run_dir) / RUN_FILE))
+    if not isinstance(info.get("train"), dict) or "task" not in info["train"]:
+        raise ValueError(f"{Path(run_dir) / RUN_FILE}: no 'train' section naming the task")
+    return info
+
+
+def read_run_metrics(root: Path, run_dir: str | Path) -> pd.DataFrame:
+    """metrics.jsonl as a DataFrame sorted by step (empty if none yet)."""
+    from .runs import read_metrics
+
+    inside(root, Path(run_dir) / METRICS_FILE)
+    return read_metrics(inside(root, run_dir))
+
+
+def read_run_analysis(root: Path, run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's analysis/analysis.json from `mixit analyze`, or None."""
+    from .runs import read_analysis
+
+    inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
+    return read_analysis(inside(root, run_dir))
+
+
+def read_run_table(root: Path, run_dir: str | Path, name: str) -> pd.DataFrame | None:
+    """One `mixit analyze` table of the run (heads, attention, memory, ...), or None if absent."""
+    from .runs import read_analysis_table
+
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"analysis table name {name!r}: allowed are lower-case letters and '_'")
+    inside(root, Path(run_dir) / ANALYSIS_DIR / f"{name}.csv")
+    return read_analysis_table(inside(root, run_dir), name)
+
+
+# --------------------------------------------------------------------------- models and tasks
+def checkpoint_dir(root: Path, run_dir: str | Path) -> Path:
+    """The run's checkpoint/ directory, with each file a model load opens checked to lie under root."""
+    ckpt = inside(root, Path(run_dir) / CHECKPOINT_DIR)
+    for name in CHECKPOINT_FILES:
+        inside(root, ckpt / name)
+    return ckpt
+
+
+def checkpoint_stamp(root: Path, run_dir: str | Path) -> tuple:
+    """Modification times and sizes of the checkpoint's files: a cache key that changes with the weights."""
+    ckpt = checkpoint_dir(root, run_dir)
+    return tuple(_stat(ckpt / name) for name in CHECKPOINT_FILES)
+
+
+def load_run_model(root: Path, run_dir: str | Path):
+    """The run's latest checkpoint as a model on the CPU, in eval mode.
+
+    FileNotFoundError if the run has no checkpoint yet; models.checkpoint.CheckpointError (a
+    ValueError) for a truncated or mismatched one. Both name the file.
+    """
+    from models import load_model
+
+    ckpt = checkpoint_dir(root, run_dir)
+    if not (ckpt / "config.json").is_file():
+        raise FileNotFoundError(f"{Path(run_dir).name}: no checkpoint yet ({ckpt / 'config.json'} is missing)")
+    model = load_model(ckpt, device="cpu")
+    model.eval()
+    return model
+
+
+@lru_cache(maxsize=32)
+def _task(name: str, params_json: str):
+    from training import get_task
+
+    return get_task(name, **json.loads(params_json))
+
+
+def run_task(root: Path, run_dir: str | Path):
+    """The run's algorithmic task, rebuilt from run.json; None for text tasks (their corpus lies
+    outside the runs directory, so their input is typed text instead)."""
+    train = read_run_info(root, run_dir)["train"]
+    if train["task"] in TEXT_TASKS:
+        return None
+    return _task(train["task"], json.dumps(train.get("task_params") or {}, sort_keys=True))
+
+
+def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
+    """Class names of a classification run (sentiment), else None."""
+    train = read_run_info(root, run_dir)["train"]
+    if train["task"] != "sentiment":
+        return None
+    return [str(c) for c in (train.get("task_params") or {}).get("classes") or ["0", "1"]]
+
+
+# --------------------------------------------------------------------------- inputs
+@dataclass
+class Example:
+    """One input sequence for the attention and prediction views."""
+
+    tokens: torch.Tensor  # int64 [pos]
+    labels: list[str]  # one display string per token
+    source: str  # where it came from, for captions
+    answer: list[bool] | None = None  # eval samples: the positions the task scores
+
+
+def _visible(token: str) -> str:
+    """A token string that shows on screen: spaces as '␣', control characters escaped ('\\n')."""
+    if not token:
+        return "''"
+    if token.isprintable():
+        return token if token.strip() else token.replace(" ", "␣")
+    return repr(token)[1:-1]
+
+
+def token_labels(ids: list[int], model=None, task=None) -> list[str]:
+    """Display strings of token ids: the text tokenizer's, else the task's vocabulary, else the ids."""
+    if model is not None and getattr(model, "tokenizer", None) is not None:
+        return [_visible(t) for t in model.to_str_tokens(torch.tensor(ids, dtype=torch.int64))]
+    if task is not None:
+        return [task.vocab[i] if 0 <= i < len(task.vocab) else f"#{i}" for i in ids]
+    return [str(i) for i in ids]
+
+
+def eval_example(task, index: int, n_shown: int = 64) -> Example:
+    """Row `index` (0 <= index < n_shown) of the task's held-out eval set."""
+    if not 0 <= index < n_shown:
+        raise ValueError(f"eval sample index={index} is outside [0, {n_shown})")
+    tokens, mask = task.eval_set(n_shown)[:2]
+    row = tokens[index]
+    return Example(row, token_labels(row.tolist(), task=task), f"eval sample {index} of {task.name}",
+                   answer=mask[index].tolist())
+
+
+def parse_token_ids(text: str, d_vocab: int, n_ctx: int) -> torch.Tensor:
+    """Token ids typed as '3 14 15' or '3, 14, 15' -> int64 [pos]; ValueError naming a bad value."""
+    items = [s for s in re.split(r"[\s,]+", text.strip()) if s]
+    if not items:
+        raise ValueError("no token ids given; type integers separated by spaces or commas, e.g. '3 1 4'")
+    ids = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise ValueError(f"token id {item!r} is not an integer; allowed: 0 to {d_vocab - 1}") from None
+        if not 0 <= value < d_vocab:
+            raise ValueError(f"token id {value} is outside the vocabulary; allowed: 0 to {d_vocab - 1}")
+        ids.append(value)
+    if len(ids) > n_ctx:
+        raise ValueError(f"{len(ids)} token ids are more than the model's context of n_ctx={n_ctx}")
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def ids_example(text: str, model, task=None) -> Example:
+    tokens = parse_token_ids(text, model.cfg.d_vocab, model.cfg.n_ctx)
+    return Example(tokens, token_labels(tokens.tolist(), model, task), "token ids")
+
+
+def text_example(model, text: str) -> Example:
+    """Text tokenized as in training (with <|endoftext|> first), cut to n_ctx tokens."""
+    if getattr(model, "tokenizer", None) is None:
+        raise ValueError("this model was not trained on text (it has no tokenizer); give token ids instead")
+    if not text:
+        raise ValueError("no text given")
+    tokens = model.to_tokens(text, move_to_device=False)[0]
+    return Example(tokens, token_labels(tokens.tolist(), model), "text")
+
+
+# --------------------------------------------------------------------------- attention
+def pattern_hook(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+@torch.no_grad()
+def attention_patterns(model, tokens: torch.Tensor) -> np.ndarray:
+    """float32 [layer, head, query_pos, key_pos]: every head's pattern on one sequence tokens [pos].
+
+    For MixiT these are its fixed matrices (cut to the sequence), the same for every input.
+    """
+    names = [pattern_hook(layer) for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens[None].to(model.cfg.device), names_filter=names, return_type=None,
+                                    return_cache_object=False)
+    return np.stack([cache[name][0].float().cpu().numpy() for name in names])
+
+
+def head_kinds(model) -> list[list[str]]:
+    """[layer][head] -> what the head's pattern is: 'softmax', 'softmax, frozen Q/K', 'shaped',
+    'fixed (input-independent)' or 'fixed sink (input-independent)' (MixiT's head 0, unless its
+    config has sink_head=False)."""
+    from .common import attention_kind
+
+    kind = attention_kind(model)
+    cfg = model.cfg
+    if kind == "mixing":
+        row = ["fixed (input-independent)"] * cfg.n_heads
+        if has_sink_head(model):
+            row[0] = "fixed sink (input-independent)"
+    elif kind == "shaped":
+        row = ["shaped: I + softmax - C"] * cfg.n_heads
+    else:
+        W_Q = getattr(model.blocks[0].attn, "W_Q", None) if cfg.n_layers else None
+        frozen = W_Q is not None and not W_Q.requires_grad
+        row = ["softmax, frozen Q/K" if frozen else "softmax"] * cfg.n_heads
+    return [list(row) for _ in range(cfg.n_layers)]
+
+
+def has_sink_head(model) -> bool:
+    """MixiT with head 0 of each layer a sink head (0.5 on the token itself, 0.5 on the first token)."""
+    return is_fixed_attention(model) and getattr(model.config, "sink_head", True)
+
+
+def is_fixed_attention(model) -> bool:
+    from .common import attention_kind
+
+    return attention_kind(model) == "mixing"
+
+
+# --------------------------------------------------------------------------- heads
+def stored_head_table(root: Path, run_dir: str | Path) -> tuple[pd.DataFrame, dict[str, float]] | None:
+    """(heads.csv, chance scores) as `mixit analyze` stored them, or None if it did not."""
+    df = read_run_table(root, run_dir, "heads")
+    if df is None or not {"layer", "head"} <= set(df.columns):
+        return None
+    info = read_run_analysis(root, run_dir) or {}
+    chance = ((info.get("summary") or {}).get("heads") or {}).get("chance") or {}
+    return df, chance
+
+
+def compute_head_table(model, n_seqs: int = 32, seq_len: int = 32, seed: int = 0) -> tuple[pd.DataFrame, dict[str, float]]:
+    """(analysis.heads.head_scores, chance scores) on repeated random sequences that fit the context.
+
+    NoHeadScores if the context is too short for repeated sequences (n_ctx < 4).
+    """
+    from .heads import head_scores
+
+    seq_len = min(seq_len, model.cfg.n_ctx // 2)
+    if seq_len < 2:
+        raise NoHeadScores(f"n_ctx={model.cfg.n_ctx} is too short for head scores on repeated sequences (needs >= 4)")
+    df = head_scores(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
+    return df, dict(df.attrs["chance"])
+
+
+def score_grid(heads: pd.DataFrame, score: str) -> np.ndarray:
+    """float [layer, head] of one score column of a heads table."""
+    if score not in heads.columns:
+        raise ValueError(f"score {score!r} is not in the heads table; allowed: {', '.join(HEAD_SCORES)}")
+    grid = heads.pivot(index="layer", columns="head", values=score).sort_index().sort_index(axis=1)
+    return grid.to_numpy(dtype=float)
+
+
+def repeated_pattern(model, layer: int, head: int, seq_len: int, seed: int = 0) -> tuple[torch.Tensor, np.ndarray]:
+    """(tokens [2n], pattern [2n, 2n]) of one head on a repeated random sequence [r, r], r of seq_len tokens."""
+    from .heads import repeated_tokens
+
+    if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
+        raise ValueError(f"head L{layer}H{head} does not exist; the model has {model.cfg.n_layers} layers "
+                         f"x {model.cfg.n_heads} heads")
+    if not 2 <= seq_len <= model.cfg.n_ctx // 2:
+        raise ValueError(f"seq_len={seq_len} must lie in [2, n_ctx/2 = {model.cfg.n_ctx // 2}]")
+    tokens = repeated_tokens(model.cfg.d_vocab, n_seqs=1, seq_len=seq_len, seed=seed)[0]
+    return tokens, attention_patterns(model, tokens)[layer, head]
+
+
+# --------------------------------------------------------------------------- predictions
+@torch.no_grad()
+def top_k_next(model, tokens: torch.Tensor, position: int, k: int = 10, task=None) -> pd.DataFrame:
+    """The k most likely next tokens after `position`: columns rank, token_id, token, probability."""
+    if not 0 <= position < tokens.shape[0]:
+        raise ValueError(f"position={position} is outside the sequence [0, {tokens.shape[0]})")
+    logits = model(tokens[None].to(model.cfg.device), return_type="logits")[0, position].float()
+    probs = logits.softmax(-1).cpu()
+    k = max(1, min(k, probs.shape[0]))
+    top = probs.topk(k)
+    ids = top.indices.tolist()
+    return pd.DataFrame({"rank": range(1, k + 1), "token_id": ids, "token": token_labels(ids, model, task),
+                         "probability": top.values.tolist()})
+
+
+@torch.no_grad()
+def next_token_probability(model, tokens: torch.Tensor, position: int, token_id: int) -> tuple[float, int]:
+    """(probability, rank from 1) of token_id as the next token after `position`."""
+    logits = model(tokens[None].to(model.cfg.device), return_type="logits")[0, position].float()
+    probs = logits.softmax(-1).cpu()
+    return float(probs[token_id]), int((probs > probs[token_id]).sum()) + 1
+
+
+@torch.no_grad()
+def class_probabilities(model, tokens: torch.Tensor, classes: list[str] | None = None) -> pd.DataFrame:
+    """A classifier's class probabilities for one sequence: columns class, probability."""
+    probs = model.classify(tokens[None].to(model.cfg.device))[0].float().softmax(-1).cpu().tolist()
+    names = classes if classes and len(classes) == len(probs) else [str(i) for i in range(len(probs))]
+    return pd.DataFrame({"class": names, "probability": probs})
+
+
+def default_position(example: Example) -> int:
+    """Where to predict by default: just before the first scored (answer) token, else the last position."""
+    if example.answer and any(example.answer):
+        return max(0, example.answer.index(True) - 1)
+    return int(example.tokens.shape[0]) - 1
+
+
+# --------------------------------------------------------------------------- parameters
+def parameter_table(model) -> pd.DataFrame:
+    """Trainable and frozen parameters per component (embed, attn_qk, attn_vo, mlp, norm, unembed, ...)."""
+    df = pd.DataFrame(model.parameter_table())
+    df["total"] = df["trainable"] + df["frozen"]
+    return df
+
+
+def fixed_matrix_values(model) -> int:
+    """Entries of MixiT's fixed mixing matrices: buffers saved with the checkpoint, not parameters."""
+    return sum(b.numel() for name, b in model.named_buffers() if name.endswith(".mixing"))
+
+
+# --------------------------------------------------------------------------- comparisons
+CURVE_METRICS = ("loss", "eval_loss", "eval_acc", "eval_perplexity")
+
+
+def compare_curves(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """Long table run, variant, size, seed, lr, step, metric, value of the runs' metrics.jsonl."""
+    frames = []
+    for row in runs.itertuples():
+        try:
+            m = read_run_metrics(root, row.path)
+        except (OutsideRoot, OSError):
+            continue
+        if m.empty:
+            continue
+        cols = [c for c in CURVE_METRICS if c in m.columns]
+        long = m.melt(id_vars="step", value_vars=cols, var_name="metric", value_name="value").dropna()
+        frames.append(long.assign(run=row.run, variant=row.variant, size=row.size, seed=row.seed, lr=row.lr))
+    if not frames:
+        return pd.DataFrame(columns=["run", "variant", "size", "seed", "lr", "step", "metric", "value"])
+    return pd.concat(frames, ignore_index=True)[["run", "variant", "size", "seed", "lr", "step", "metric", "value"]]
+
+
+def memorization_table(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """memory.csv of every analysed `memorize` run, with run, variant, size, n, d and keys = n^d."""
+    rows = []
+    for row in runs[runs["task"] == "memorize"].itertuples():
+        try:
+            df = read_run_table(root, row.path, "memory")
+        except OutsideRoot:
+            continue
+        if df is None or df.empty:
+            continue
+        params = row.task_params or {}
+        n, d = params.get("n"), params.get("d")
+        rows.append({"run": row.run, "variant": row.variant, "size": row.size, "n": n, "d": d,
+                     "keys": n ** d if n and d else None, **df.iloc[0].to_dict()})
+    return pd.DataFrame(rows)
+
+
+def _read_csv(root: Path, rel: str, required: set[str]) -> pd.DataFrame | None:
+    path = inside(root, rel)
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError):
+        return None
+    return df if required <= set(df.columns) and not df.empty else None
+
+
+def signal_table(root: Path) -> pd.DataFrame | None:
+    """Last-layer rows of RUNS/signal/signal.csv (`mixit reproduce`): variant, d_model, depth, cosine, covariance."""
+    df = _read_csv(root, SIGNAL_FILE, {"variant", "d_model", "depth", "layer", "cosine", "covariance"})
+    if df is None:
+        return None
+    return df[df["layer"] == df["depth"]].reset_index(drop=True)
+
+
+def speed_table(root: Path) -> pd.DataFrame | None:
+    """RUNS/speed/speed.csv (`mixit reproduce`): tokens/s of a training step per variant."""
+    return _read_csv(root, SPEED_FILE, {"variant", "tokens_per_s"})
+
+
+def reproduce_manifest(root: Path) -> dict[str, Any] | None:
+    """RUNS/reproduce.json, or None if this is not a `mixit reproduce` directory (or it is unreadable)."""
+    try:
+        return _read_json(inside(root, MANIFEST))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class FigureLink:
+    name: str
+    path: Path  # where `mixit reproduce` wrote it (as recorded; not checked unless readable)
+    readable: bool  # the file lies under the runs directory and exists, so the explorer may show it
+
+
+def figure_links(root: Path, group: str | None = None) -> list[FigureLink]:
+    """The reproduce figures that draw on runs of `group` (all with None) and the root-level ones.
+
+    Paths come from reproduce.json's figures_dir_resolved. Files outside the runs directory are
+    listed but never opened (nor checked for existence).
+    """
+    manifest = reproduce_manifest(root)
+    if not manifest or not manifest.get("figures_dir_resolved"):
+        return []
+    fig_dir = Path(manifest["figures_dir_resolved"])
+    if group is None:
+        names = list(dict.fromkeys(n for ns in FIGURES_BY_GROUP.values() for n in ns)) + ROOT_FIGURES
+    else:
+        names = FIGURES_BY_GROUP.get(group, [])
+    links = []
+    for name in names:
+        path = fig_dir / f"{name}.png"
+        try:
+            readable = inside(root, path).is_file()
+        except OutsideRoot:
+            readable = False
+        links.append(FigureLink(name, path, readable))
+    return links
+
+
+def format_count(n: Any) -> str:
+    """12,345 for a count, '-' for missing."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "-"
+    return f"{int(n):,}"
