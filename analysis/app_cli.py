@@ -50,7 +50,8 @@ def streamlit_command(runs: Path, port: int | None = None, headless: bool = Fals
         cmd += ["--server.port", str(port)]
     if headless:
         cmd += ["--server.headless", "true"]
-    return cmd + ["--", "--runs", str(runs.resolve())]
+    # As typed: streamlit keeps the working directory, and the sidebar then shows the path the user gave.
+    return cmd + ["--", "--runs", str(runs)]
 
 
 def cmd_app(args: argparse.Namespace) -> int:
