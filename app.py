@@ -362,19 +362,30 @@ def view_run(root: Path, runs: pd.DataFrame) -> None:
                        "from these paths.")
 
 
-def view_attention(root: Path, runs: pd.DataFrame) -> None:
-    st.header("Attention")
-    row = pick_run(runs, "attn_run", need_checkpoint=True)
+def run_model_example(root: Path, runs: pd.DataFrame, key: str):
+    """The Attention/Predict preamble: pick a run, load its model, pick and show an input.
+
+    Returns (row, model, task, example), or None when any step stopped (it has said why)."""
+    row = pick_run(runs, f"{key}_run", need_checkpoint=True)
     if row is None:
-        return
+        return None
     model = load_model_or_error(root, row)
     if model is None:
-        return
+        return None
     task = task_or_none(root, row)
-    example = example_picker(model, task, "attn")
+    example = example_picker(model, task, key)
     if example is None:
-        return
+        return None
     show_tokens(example)
+    return row, model, task, example
+
+
+def view_attention(root: Path, runs: pd.DataFrame) -> None:
+    st.header("Attention")
+    chosen = run_model_example(root, runs, "attn")
+    if chosen is None:
+        return
+    row, model, task, example = chosen
     stamp = ex.checkpoint_stamp(root, row["path"])
     patterns = cached_patterns(str(root), row["path"], stamp, tuple(example.tokens.tolist()))
     kinds = ex.head_kinds(model)
@@ -590,17 +601,10 @@ def view_compare(root: Path, runs: pd.DataFrame) -> None:
 
 def view_predict(root: Path, runs: pd.DataFrame) -> None:
     st.header("Predict")
-    row = pick_run(runs, "pred_run", need_checkpoint=True)
-    if row is None:
+    chosen = run_model_example(root, runs, "pred")
+    if chosen is None:
         return
-    model = load_model_or_error(root, row)
-    if model is None:
-        return
-    task = task_or_none(root, row)
-    example = example_picker(model, task, "pred")
-    if example is None:
-        return
-    show_tokens(example)
+    row, model, task, example = chosen
     if model.config.n_classes is not None:
         probs = ex.class_probabilities(model, example.tokens, ex.run_classes(root, row["path"]))
         st.dataframe(probs, hide_index=True, key="pred_classes")
