@@ -270,7 +270,7 @@ def view_run(root: Path, runs: pd.DataFrame) -> None:
         return
     cols = st.columns(6)
     cols[0].metric("status", row["status"])
-    cols[1].metric("step", f"{ex.format_count(row['step'])} / {ex.format_count(row['steps'])}")
+    cols[1].metric(f"step (of {ex.format_count(row['steps'])})", ex.format_count(row["step"]))  # short: no truncation
     cols[2].metric("eval accuracy", "-" if pd.isna(row["eval_acc"]) else f"{row['eval_acc']:.3f}")
     cols[3].metric("eval loss", "-" if pd.isna(row["eval_loss"]) else f"{row['eval_loss']:.4f}")
     cols[4].metric("trainable params", ex.format_count(row["params_trainable"]))
@@ -420,6 +420,20 @@ def view_attention(root: Path, runs: pd.DataFrame) -> None:
                                    colors), key="attn_big")
 
 
+def default_head_runs(runs: pd.DataFrame, pool: pd.DataFrame, options: list[str]) -> list[str]:
+    """The runs ticked in Runs; else the run last opened and its study's other variants on the same task."""
+    ticked = selected_ids(runs)
+    if ticked:
+        return ticked
+    current = st.session_state.get("current_run")
+    if current in set(pool["run"]):
+        row = pool[pool["run"] == current].iloc[0]
+        peers = pool[(pool["group"] == row["group"]) & (pool["task_label"] == row["task_label"])
+                     & (pool["run"] != current)]
+        return [current] + list(peers["run"])[:3]
+    return options[:3]
+
+
 def view_heads(root: Path, runs: pd.DataFrame) -> None:
     st.header("Heads")
     pool = runs[runs["has_checkpoint"].fillna(False).astype(bool) & (runs["status"] != "corrupt")]
@@ -427,7 +441,8 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
         st.info("No run has a checkpoint yet.")
         return
     options = list(pool["run"]) + [r for r in selected_ids(runs) if r not in set(pool["run"])]
-    chosen = st.multiselect("Runs, side by side", options, default=selected_ids(runs) or options[:3], key="heads_runs")
+    chosen = st.multiselect("Runs, side by side", options, default=default_head_runs(runs, pool, options),
+                            key="heads_runs")
     scores = st.multiselect("Scores", list(ex.HEAD_SCORES),
                             default=["induction", "previous_token", "first_token", "copying"],
                             format_func=ex.HEAD_SCORES.get, key="heads_scores")

@@ -128,6 +128,7 @@ def test_run_view_shows_metrics_curves_parameters_and_figures(app, explorer_runs
     summary = json.loads((explorer_runs["frozen_qk"] / "summary.json").read_text())
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["eval accuracy"] == f"{summary['eval_acc']:.3f}"
+    assert metrics[f"step (of {summary['step']:,})"] == f"{summary['step']:,}"  # finished: step == steps
     assert metrics["trainable params"] == f"{summary['params_trainable']:,}"
     assert metrics["frozen params"] == f"{summary['params_frozen']:,}" and summary["params_frozen"] > 0
     loss = chart(at, "run_loss")
@@ -221,6 +222,14 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     length = at.slider(key="heads_rep_len").value
     tokens, pattern = ex.repeated_pattern(ex.load_run_model(root, explorer_runs["standard"]), 0, 0, length)
     np.testing.assert_allclose(values(rep["data"][0]["z"]), pattern, atol=1e-6)
+
+
+def test_heads_view_defaults_to_the_open_run_and_its_variants(app):
+    at = app(view="Heads", current_run="retrieval/retrieval-mixit")  # e.g. opened from a link or the Run view
+    shown = at.multiselect(key="heads_runs").value
+    assert shown[0] == "retrieval/retrieval-mixit"
+    assert {"retrieval/retrieval-standard", "retrieval/retrieval-frozen_qk"} <= set(shown)
+    assert all(run.startswith("retrieval/") for run in shown)  # same study and task only
 
 
 def test_heads_view_with_a_broken_run_still_shows_the_others(app):
