@@ -29,12 +29,11 @@ if str(HERE) not in sys.path:  # `streamlit run app.py` from a source checkout
     sys.path.insert(0, str(HERE))
 
 from analysis import explore as ex  # noqa: E402
-from figures.style import VARIANT_ORDER, VARIANT_STYLES  # noqa: E402
+from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, variant_label  # noqa: E402
 
 VIEWS = ("Runs", "Run", "Attention", "Heads", "Compare", "Predict")
 DEFAULT_RUNS = "checkpoints"
 COLORS = {v: s.color for v, s in VARIANT_STYLES.items()}
-NAMES = {v: s.label for v, s in VARIANT_STYLES.items()}
 SHOWN_EVAL_SAMPLES = 64
 
 
@@ -77,7 +76,7 @@ def head_table(root: Path, row: pd.Series) -> tuple[pd.DataFrame, dict, str]:
 
 # --------------------------------------------------------------------------- helpers
 def variant_name(variant: str | None) -> str:
-    return NAMES.get(variant or "", variant or "?")
+    return variant_label(variant or "?")
 
 
 def run_caption(row: pd.Series) -> str:
@@ -209,8 +208,7 @@ def view_runs(root: Path, runs: pd.DataFrame) -> None:
 
     f1, f2, f3, f4 = st.columns([2, 1, 1, 1])
     text = f1.text_input("Filter (run name or task contains)", key="filter_text")
-    variants = f2.multiselect("Variant", [v for v in VARIANT_ORDER if v in set(runs["variant"])] +
-                              sorted(set(runs["variant"].dropna()) - set(VARIANT_ORDER)), key="filter_variant")
+    variants = f2.multiselect("Variant", order_variants(runs["variant"].dropna()), key="filter_variant")
     tasks = f3.multiselect("Task", sorted(set(runs["task"].dropna())), key="filter_task")
     statuses = f4.multiselect("Status", sorted(set(runs["status"].dropna())), key="filter_status")
     shown = runs

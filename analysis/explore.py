@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .common import attention_kind, pattern_hook
 from .runs import ANALYSIS_DIR, ANALYSIS_FILE, COLUMNS, METRICS_FILE, RUN_FILE, SUMMARY_FILE, find_runs, load_run
 
 CHECKPOINT_DIR = "checkpoint"
@@ -351,10 +352,6 @@ def text_example(model, text: str) -> Example:
 
 
 # --------------------------------------------------------------------------- attention
-def pattern_hook(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_pattern"
-
-
 @torch.no_grad()
 def attention_patterns(model, tokens: torch.Tensor) -> np.ndarray:
     """float32 [layer, head, query_pos, key_pos]: every head's pattern on one sequence tokens [pos].
@@ -371,8 +368,6 @@ def head_kinds(model) -> list[list[str]]:
     """[layer][head] -> what the head's pattern is: 'softmax', 'softmax, frozen Q/K', 'shaped',
     'fixed (input-independent)' or 'fixed sink (input-independent)' (MixiT's head 0, unless its
     config has sink_head=False)."""
-    from .common import attention_kind
-
     kind = attention_kind(model)
     cfg = model.cfg
     if kind == "mixing":
@@ -394,8 +389,6 @@ def has_sink_head(model) -> bool:
 
 
 def is_fixed_attention(model) -> bool:
-    from .common import attention_kind
-
     return attention_kind(model) == "mixing"
 
 
