@@ -20,13 +20,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import ModelConfig
+from .config import LEGACY_DEFAULTS, ModelConfig
 from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "mixit-lab/model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: config fields bias, unembed_bias, scaled_readout, width_scaled_temperature, pooling (1 meant LEGACY_DEFAULTS)
 
 
 class CheckpointError(ValueError):
@@ -113,8 +113,12 @@ def read_config(path: str | Path) -> ModelConfig:
         raise CheckpointError(
             f"{cfg_file}: format_version {data['format_version']} is newer than this library supports ({FORMAT_VERSION})"
         )
+    model = data["model"]
+    if data.get("format_version", 1) < 2:
+        # Written before the fidelity fields existed: keep the model it was trained as.
+        model = {**LEGACY_DEFAULTS, **model}
     try:
-        return ModelConfig.from_dict(data["model"])
+        return ModelConfig.from_dict(model)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{cfg_file}: {e}") from None
 

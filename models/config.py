@@ -75,6 +75,17 @@ VARIANTS: dict[str, VariantSpec] = {
 }
 
 
+# What a config written before these fields existed meant (checkpoint format_version 1): trained
+# biases everywhere, an unscaled readout, shaped scores divided by sqrt(d_head) only, mean pooling.
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "bias": True,
+    "unembed_bias": True,
+    "scaled_readout": False,
+    "width_scaled_temperature": False,
+    "pooling": "mean",
+}
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
@@ -85,8 +96,9 @@ class ModelConfig:
     """Hyperparameters of a model. Every field is JSON-serialisable.
 
     `base_width` / `base_width_down` set the width scaling of the shaped variants
-    (mixit, shaped): each linear output is multiplied by sqrt(base / fan_in), with
-    `base_width_down` for the MLP down-projection, as in the authors' code.
+    (mixit, shaped): each linear output, the readout included, is multiplied by
+    sqrt(base / fan_in), with `base_width_down` for the MLP down-projection, as in the
+    authors' code. docs/fidelity.md lists every choice against the authors' models.
     """
 
     variant: str = "standard"
@@ -112,6 +124,25 @@ class ModelConfig:
     base_width: int = 512
     base_width_down: int = 1
     residual_scale: float = math.sqrt(0.5)  # s in h = s*h + sqrt(1-s^2)*f(h), shaped variants
+    # Trained, zero-initialised biases on attention (b_Q, b_K, b_V, b_O) and MLP (b_gate, b_in, b_out), as
+    # every one of the authors' training scripts sets; and on the readout (b_U / b_C), which theirs lacks.
+    # A bias that is off stays a zero buffer, so the TransformerLens layout (b_Q, b_U, ...) holds.
+    bias: bool = True
+    unembed_bias: bool = False
+    # Shaped variants: the unembedding/classifier is width-scaled like every other linear layer,
+    # logits = sqrt(base_width / d_model) * (x @ W_U), as the authors' lm_head and score.
+    scaled_readout: bool = True
+    # Shaped attention temperature tau = tau0 * sqrt(d_head), divided by base_width / d_model when
+    # width_scaled_temperature (the authors' choice): scores = q.k * (base_width / d_model) / (tau0 sqrt(d_head)).
+    tau0: float = 1.0
+    width_scaled_temperature: bool = True
+    # The authors' depth option: if depth_alpha != 0, every block has skip 1 and branches scaled by
+    # (base_layers / n_layers) ** depth_alpha (all variants), and MixiT's matrices drop the identity
+    # (centred noise at std 1/sqrt(n_ctx)). 0 (their default) leaves both as described above.
+    depth_alpha: float = 0.0
+    base_layers: int = 1
+    # Classifier pooling: "last" real token (the authors' sequence classifier) or "mean" over real tokens.
+    pooling: Literal["last", "mean"] = "last"
     extra: dict[str, Any] = field(default_factory=dict)  # free-form metadata, saved with the model
 
     def __post_init__(self) -> None:
@@ -121,7 +152,8 @@ class ModelConfig:
         )
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
-        for name in ("d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "d_mlp", "base_width", "base_width_down"):
+        for name in ("d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "d_mlp", "base_width", "base_width_down",
+                     "base_layers"):
             value = getattr(self, name)
             _check(
                 isinstance(value, int) and not isinstance(value, bool) and value >= 1,
@@ -144,6 +176,14 @@ class ModelConfig:
         _check(0 < self.residual_scale < 1, f"residual_scale={self.residual_scale!r} must lie in (0, 1)")
         _check(isinstance(self.sink_head, bool), f"sink_head={self.sink_head!r} must be True or False")
         _check(isinstance(self.causal, bool), f"causal={self.causal!r} must be True or False")
+        for name in ("bias", "unembed_bias", "scaled_readout", "width_scaled_temperature"):
+            _check(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
+        _check(self.tau0 > 0, f"tau0={self.tau0!r} must be > 0")
+        _check(
+            isinstance(self.depth_alpha, (int, float)) and not isinstance(self.depth_alpha, bool) and self.depth_alpha >= 0,
+            f"depth_alpha={self.depth_alpha!r} must be a number >= 0",
+        )
+        _check(self.pooling in ("last", "mean"), f"pooling={self.pooling!r} is not one of: 'last', 'mean'")
         _check(
             self.n_classes is None
             or (isinstance(self.n_classes, int) and not isinstance(self.n_classes, bool) and self.n_classes >= 2),
@@ -160,6 +200,28 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def readout_mult(self) -> float:
+        """The readout's width multiplier: sqrt(base_width / d_model) in shaped variants with scaled_readout."""
+        return math.sqrt(self.base_width / self.d_model) if self.spec.shaped and self.scaled_readout else 1.0
+
+    @property
+    def attn_scale(self) -> float:
+        """What q.k is multiplied by before the softmax: 1/sqrt(d_head), width-scaled in shaped attention."""
+        if self.spec.attention != "shaped":
+            return 1 / math.sqrt(self.d_head)
+        width = self.base_width / self.d_model if self.width_scaled_temperature else 1.0
+        return width / (self.tau0 * math.sqrt(self.d_head))
+
+    @property
+    def residual_scales(self) -> tuple[float, float]:
+        """(skip, branch) in h = skip * h + branch * f(h)."""
+        if self.depth_alpha != 0:
+            return 1.0, (self.base_layers / self.n_layers) ** self.depth_alpha
+        if self.spec.shaped:
+            return self.residual_scale, math.sqrt(1 - self.residual_scale**2)
+        return 1.0, 1.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":

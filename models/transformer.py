@@ -11,6 +11,10 @@ TransformerLens layout so `FactoredMatrix`, `head_detector` and `patching` apply
     unembed.W_U      [d_model, d_vocab]        unembed.b_U     [d_vocab]
     classifier.W_C   [d_model, n_classes]      classifier.b_C  [n_classes]  (n_classes set: replaces unembed)
 
+Biases are trained parameters with `config.bias` (attention, MLP; on by default) and
+`config.unembed_bias` (b_U, b_C; off by default, as in the authors' models); a bias that is off is a zero
+buffer (not saved), so code written for the TransformerLens layout still finds it.
+
 Hook shapes follow TransformerLens: hook_q/k/v/z are [batch, pos, head_index, d_head],
 hook_attn_scores/hook_pattern are [batch, head_index, query_pos, key_pos].
 
@@ -70,6 +74,14 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
+def add_bias(module: nn.Module, name: str, *shape: int, trained: bool) -> None:
+    """A zero-initialised bias: a Parameter if trained, else a zero buffer kept out of checkpoints."""
+    if trained:
+        module.register_parameter(name, nn.Parameter(torch.zeros(*shape)))
+    else:
+        module.register_buffer(name, torch.zeros(*shape), persistent=False)
+
+
 def affine(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, mult: float = 1.0) -> torch.Tensor:
     """mult * (x @ W + b) for x [..., d_in], W [d_in, d_out], as one fused addmm."""
     out = torch.addmm(b, x.reshape(-1, x.shape[-1]), W, beta=mult, alpha=mult)
@@ -82,13 +94,18 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     A_h = I + N_h - rowmean(N_h), with N_h i.i.d. N(0, s_h^2) on the causal triangle (or the full
     matrix if bidirectional), the mean taken over each row's allowed entries so rows sum to 1.
     s_h = 1/sqrt(T d_head) + u_h (1/sqrt(T) - 1/sqrt(T d_head)), u_h ~ U[0, 1).
-    Head 0 is a sink head, 0.5 I + 0.5 on column 0, unless cfg.sink_head is False (then it is drawn
+    With cfg.depth_alpha != 0 (the authors' depth option), A_h = N_h - rowmean(N_h) at s_h = 1/sqrt(T):
+    no identity, rows sum to 0.
+    Head 0 is a sink head, 0.5 I with column 0 set to 0.5 (row 0 is [0.5, 0, ...], as the authors'),
+    unless cfg.sink_head is False (then it is drawn
     like the others; the other heads' matrices are the same either way). Reproducible from (seed, layer).
     """
     T, H = cfg.n_ctx, cfg.n_heads
     g = torch.Generator().manual_seed(derive_seed(cfg.seed, "mixing", layer))
     lo, hi = 1 / math.sqrt(T * cfg.d_head), 1 / math.sqrt(T)
     scale = lo + torch.rand(H, generator=g, dtype=torch.float64) * (hi - lo)
+    if cfg.depth_alpha != 0:
+        scale = torch.full((H,), hi, dtype=torch.float64)
     noise = torch.randn(H, T, T, generator=g, dtype=torch.float64) * scale[:, None, None]
     allowed = torch.ones(T, T, dtype=torch.float64)
     if cfg.causal:
@@ -96,10 +113,10 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     noise = noise * allowed
     row_mean = noise.sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True)
     eye = torch.eye(T, dtype=torch.float64)
-    A = (eye + noise - row_mean) * allowed
+    A = ((eye if cfg.depth_alpha == 0 else 0) + noise - row_mean) * allowed
     if cfg.sink_head:
         sink = 0.5 * eye
-        sink[:, 0] += 0.5
+        sink[:, 0] = 0.5
         A[0] = sink
     return A.float(), scale.float()
 
@@ -115,8 +132,9 @@ class Attention(nn.Module):
         if self.kind != "mixing":
             self.W_Q = nn.Parameter(torch.empty(H, D, E))
             self.W_K = nn.Parameter(torch.empty(H, D, E))
-            self.b_Q = nn.Parameter(torch.zeros(H, E))
-            self.b_K = nn.Parameter(torch.zeros(H, E))
+            add_bias(self, "b_Q", H, E, trained=cfg.bias)
+            add_bias(self, "b_K", H, E, trained=cfg.bias)
+            self.scale = cfg.attn_scale  # q.k multiplier: 1/sqrt(d_head), width-scaled for shaped attention
             cos, sin = rotary_tables(cfg.n_ctx, E, cfg.rope_base)
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
@@ -125,9 +143,9 @@ class Attention(nn.Module):
             self.register_buffer("mixing", A)  # [head, query_pos, key_pos], saved in checkpoints
             self.register_buffer("mixing_noise_std", scale)  # [head]
         self.W_V = nn.Parameter(torch.empty(H, D, E))
-        self.b_V = nn.Parameter(torch.zeros(H, E))
+        add_bias(self, "b_V", H, E, trained=cfg.bias)
         self.W_O = nn.Parameter(torch.empty(H, E, D))
-        self.b_O = nn.Parameter(torch.zeros(D))
+        add_bias(self, "b_O", D, trained=cfg.bias)
         # Width scaling of the shaped variants: output * sqrt(base / fan_in); fan_in = d_model for all four.
         self.out_mult = math.sqrt(cfg.base_width / D) if cfg.spec.shaped else 1.0
 
@@ -184,7 +202,7 @@ class Attention(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self._needs_pattern():
             allowed = self._allowed(t, q.device, key_padding_mask)
-            scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(e)
+            scores = (qh @ kh.transpose(-1, -2)) * self.scale
             scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
             pattern = torch.softmax(scores, dim=-1)
             if shaped:
@@ -194,7 +212,7 @@ class Attention(nn.Module):
         else:
             mask = None if key_padding_mask is None else self._allowed(t, q.device, key_padding_mask)
             is_causal = self.cfg.causal and mask is None
-            zh = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=is_causal)
+            zh = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=is_causal, scale=self.scale)
             if shaped:
                 # (I - C) V without forming the matrices: V minus the (causal) running mean of V.
                 zh = zh + self._shaping(t, q.device, key_padding_mask).to(vh.dtype) @ vh
@@ -229,7 +247,8 @@ class Attention(nn.Module):
         padding follows it. Causal rows are unchanged by right padding; padded queries keep their diagonal.
         """
         t = A.shape[-1]
-        eye = torch.eye(t, dtype=A.dtype, device=A.device)
+        # The identity part (absent under the depth option) stays; only the noise is re-centred.
+        eye = torch.eye(t, dtype=A.dtype, device=A.device) * (self.cfg.depth_alpha == 0)
         allowed = torch.ones(1, 1, t, t, dtype=torch.bool, device=A.device)
         if self.cfg.causal:
             allowed = allowed.tril()
@@ -238,7 +257,10 @@ class Attention(nn.Module):
         allowed = allowed.to(A.dtype)  # [batch or 1, 1, q, k]
         noise = (A - eye) * allowed
         row_mean = noise.sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True).clamp_min(1.0)
-        return eye + (noise - row_mean) * allowed
+        out = eye + (noise - row_mean) * allowed
+        if self.cfg.sink_head:  # the sink head holds fixed weights, not noise: it stays as built
+            out = torch.cat([A[:1].expand(out.shape[0], 1, -1, -1), out[:, 1:]], dim=1)
+        return out
 
 
 class MLP(nn.Module):
@@ -248,11 +270,11 @@ class MLP(nn.Module):
         super().__init__()
         D, M = cfg.d_model, cfg.d_mlp
         self.W_gate = nn.Parameter(torch.empty(D, M))
-        self.b_gate = nn.Parameter(torch.zeros(M))
+        add_bias(self, "b_gate", M, trained=cfg.bias)
         self.W_in = nn.Parameter(torch.empty(D, M))
-        self.b_in = nn.Parameter(torch.zeros(M))
+        add_bias(self, "b_in", M, trained=cfg.bias)
         self.W_out = nn.Parameter(torch.empty(M, D))
-        self.b_out = nn.Parameter(torch.zeros(D))
+        add_bias(self, "b_out", D, trained=cfg.bias)
         self.shaped = cfg.spec.shaped
         if self.shaped:
             self.slope = 1 - 1 / math.sqrt(D)
@@ -284,10 +306,7 @@ class Block(nn.Module):
         self.attn = Attention(cfg, layer)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
-        if cfg.spec.shaped:
-            self.skip, self.branch = cfg.residual_scale, math.sqrt(1 - cfg.residual_scale**2)
-        else:
-            self.skip, self.branch = 1.0, 1.0
+        self.skip, self.branch = cfg.residual_scales
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_out = HookPoint()
         self.hook_resid_mid = HookPoint()
@@ -302,10 +321,10 @@ class Block(nn.Module):
         return self.hook_resid_post(self._residual(resid, mlp_out))
 
     def _residual(self, resid: torch.Tensor, branch_out: torch.Tensor) -> torch.Tensor:
-        """resid + f(resid), or s * resid + sqrt(1 - s^2) * f(resid) for the shaped variants."""
-        if self.skip == 1.0:
+        """skip * resid + branch * f(resid): 1 and 1, or s and sqrt(1 - s^2) in the shaped variants."""
+        if self.skip == 1.0 and self.branch == 1.0:
             return resid + branch_out
-        return torch.add(resid * self.skip, branch_out, alpha=self.branch)
+        return torch.add(resid * self.skip if self.skip != 1.0 else resid, branch_out, alpha=self.branch)
 
 
 class Embed(nn.Module):
@@ -327,32 +346,45 @@ class PosEmbed(nn.Module):
 
 
 class Unembed(nn.Module):
-    def __init__(self, d_model: int, d_vocab: int):
+    """logits = mult * (x @ W_U + b_U); mult = config.readout_mult (width scaling of the shaped variants)."""
+
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.W_U = nn.Parameter(torch.empty(d_model, d_vocab))
-        self.b_U = nn.Parameter(torch.zeros(d_vocab))
+        self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
+        add_bias(self, "b_U", cfg.d_vocab, trained=cfg.unembed_bias)
+        self.mult = cfg.readout_mult
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.W_U + self.b_U
+        return affine(x, self.W_U, self.b_U, self.mult)
 
 
 class Classifier(nn.Module):
-    """Sequence classification head: mean of the final residual stream over real tokens, then W_C."""
+    """Sequence classification head: the final residual stream at the last real token (or its mean over
+    real tokens, config.pooling), then mult * (pooled @ W_C + b_C) with the readout's width multiplier."""
 
-    def __init__(self, d_model: int, n_classes: int):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.W_C = nn.Parameter(torch.empty(d_model, n_classes))
-        self.b_C = nn.Parameter(torch.zeros(n_classes))
+        self.W_C = nn.Parameter(torch.empty(cfg.d_model, cfg.n_classes))
+        add_bias(self, "b_C", cfg.n_classes, trained=cfg.unembed_bias)
+        self.pooling = cfg.pooling
+        self.mult = cfg.readout_mult
         self.hook_pooled = HookPoint()  # [batch, d_model]
 
     def forward(self, resid: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """resid [batch, pos, d_model], attention_mask [batch, pos] (1 = real) -> logits [batch, n_classes]."""
-        if attention_mask is None:
+        if self.pooling == "last":
+            if attention_mask is None:
+                pooled = resid[:, -1]
+            else:  # the rightmost real token (left or right padding alike)
+                positions = torch.arange(resid.shape[1], device=resid.device)
+                last = (positions * attention_mask.to(torch.long)).argmax(-1)
+                pooled = resid[torch.arange(resid.shape[0], device=resid.device), last]
+        elif attention_mask is None:
             pooled = resid.mean(1)
         else:
             keep = attention_mask.to(resid.dtype)[..., None]
             pooled = (resid * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        return self.hook_pooled(pooled) @ self.W_C + self.b_C
+        return affine(self.hook_pooled(pooled), self.W_C, self.b_C, self.mult)
 
 
 class Transformer(HookedRootModule):
@@ -395,9 +427,9 @@ class Transformer(HookedRootModule):
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layers))
         self.ln_final = RMSNorm(config.d_model, config.norm_eps)
         if config.n_classes is None:
-            self.unembed = Unembed(config.d_model, config.d_vocab)
+            self.unembed = Unembed(config)
         else:
-            self.classifier = Classifier(config.d_model, config.n_classes)
+            self.classifier = Classifier(config)
         self.tokenizer = None  # a tokenizers.Tokenizer for models trained on text (set_tokenizer)
         self._init_weights()
         for name, param in self.named_parameters():
@@ -454,9 +486,9 @@ class Transformer(HookedRootModule):
         raise ValueError(f"return_type={return_type!r} is not one of: 'logits', 'loss', 'both', None")
 
     def classify(self, tokens: torch.Tensor | str | list[str], attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Class logits [batch, n_classes]: the final residual stream mean-pooled over real tokens.
+        """Class logits [batch, n_classes]: the final residual stream at the last real token (or mean-pooled).
 
-        attention_mask [batch, pos] (1 = real token) keeps padding out of attention and of the mean;
+        attention_mask [batch, pos] (1 = real token) keeps padding out of attention and of the pooling;
         text input is tokenized (and its mask built) by `to_tokens`.
         """
         if self.config.n_classes is None:

@@ -26,8 +26,8 @@ def test_bits_from_logits_exact_values():
 
 def test_model_that_memorized_a_mapping_stores_n_log2_y_bits(tmp_path):
     task = get_task("memorize", n=4, d=2)  # 16 keys, 4 labels: 32 bits
-    cfg = TrainConfig(task="memorize", task_params={"n": 4, "d": 2}, d_model=32, n_layers=1, n_heads=2, steps=250,
-                      batch_size=64, lr=1e-2, weight_decay=0.0, eval_every=250)
+    cfg = TrainConfig(task="memorize", task_params={"n": 4, "d": 2}, d_model=32, n_layers=1, n_heads=2, steps=500,
+                      batch_size=64, lr=1e-2, weight_decay=0.0, eval_every=500)
     train(cfg, tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run")
     row = memorized_bits(model, task).iloc[0]
