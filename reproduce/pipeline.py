@@ -311,8 +311,21 @@ def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) ->
 
     config = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128], "seeds": [0, 1, 2],
               **spec}
-    _, cached = _cached_csv(out / "signal" / "signal.csv", config, lambda: signal_propagation(**config))
-    log(f"signal: {'cached' if cached else 'computed'} ({', '.join(config['variants'])} at depths {config['depths']})")
+    # controls: {label: {variant: ..., other ModelConfig fields}}, e.g. MixiT without its sink heads; their
+    # rows carry the label in the variant column, next to the named variants.
+    controls = config.pop("controls", None) or {}
+
+    def compute():
+        frames = [signal_propagation(**config)]
+        for label, overrides in controls.items():
+            overrides = dict(overrides)
+            variant = overrides.pop("variant")
+            frames.append(signal_propagation(**{**config, "variants": [variant], **overrides}).assign(variant=label))
+        return pd.concat(frames, ignore_index=True)
+
+    _, cached = _cached_csv(out / "signal" / "signal.csv", {**config, "controls": controls}, compute)
+    names = [*config["variants"], *controls]
+    log(f"signal: {'cached' if cached else 'computed'} ({', '.join(names)} at depths {config['depths']})")
 
 
 def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
