@@ -23,9 +23,11 @@ def register(subparsers) -> None:
     p.add_argument("--figures-dir", type=Path, default=None, help="figure directory (default: figures/out/PRESET)")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU cores)")
     p.add_argument("--text-file", nargs="+", default=None, metavar="PATH",
-                   help="corpus for language modeling (default: ../shared/data WikiText-2, else the Hub)")
+                   help="corpus for language modeling (default: ../shared/data WikiText-2, else the same "
+                        "text from the Hub)")
     p.add_argument("--sentiment-file", nargs="+", default=None, metavar="PATH",
-                   help="labelled sentences for sentiment (default: ../shared/data Yelp, else the Hub)")
+                   help="labelled sentences for sentiment (default: ../shared/data Yelp sentences, else "
+                        "1,000 Yelp reviews from the Hub)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

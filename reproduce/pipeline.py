@@ -40,10 +40,17 @@ STUDY_KEYS = {"variants", "tasks", "sizes", "seeds", "lrs", "train", "text", "ab
 PRESET_KEYS = {"name", "about", "budget", "evidence", "train", "studies", "analysis", "signal", "speed"}
 
 # Corpora tried, in order, when a study needs text and no file was given: local copies of the real
-# corpora beside the project (../shared/data), then a Hub dataset when the Hub can be reached.
+# corpora beside the project (../shared/data), then a small, fixed Hub dataset when the Hub can be reached
+# (training/text.py HUB_DATASETS). For lm the Hub dataset is the same text as the local files (WikiText-2
+# validation + test, held out by article the same way); for sentiment it is another corpus of the same
+# size: 1,000 Yelp reviews (500 per class) of yelp_polarity's test split instead of the 1,000 sentences.
 TEXT_SOURCES: dict[str, dict[str, Any]] = {
-    "lm": {"local": ["wikitext-2/valid.txt", "wikitext-2/test.txt"], "hub": "wikitext-103-raw-v1"},
-    "sentiment": {"local": ["sentiment-sentences/yelp_labelled.txt"], "hub": "yelp_polarity"},
+    "lm": {"local": ["wikitext-2/valid.txt", "wikitext-2/test.txt"], "hub": "wikitext-2-v1-valid-test",
+           "local_about": "WikiText-2 validation + test, held out by article",
+           "hub_about": "WikiText-2 validation + test, held out by article as from the local files"},
+    "sentiment": {"local": ["sentiment-sentences/yelp_labelled.txt"], "hub": "yelp_polarity-1k",
+                  "local_about": "1,000 Yelp review sentences, UCI sentiment labelled sentences",
+                  "hub_about": "1,000 Yelp reviews, a fixed sample of 500 per class from yelp_polarity's test split"},
 }
 
 
@@ -112,12 +119,13 @@ def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], N
         paths = [data / p for p in source["local"]]
         if all(p.is_file() for p in paths):
             shown = ", ".join(f"../shared/data/{p}" for p in source["local"])
-            return TextChoice({"text_file": [str(p) for p in paths]}, f"{kind}: {shown}")
+            return TextChoice({"text_file": [str(p) for p in paths]}, f"{kind}: {shown} ({source['local_about']})")
     if hub_check is None:
         from training.text import check_hub_reachable as hub_check
     try:
         hub_check(source["hub"])
-        return TextChoice({"dataset": source["hub"]}, f"{kind}: Hugging Face dataset {source['hub']}")
+        return TextChoice({"dataset": source["hub"]},
+                          f"{kind}: Hugging Face dataset {source['hub']} ({source['hub_about']})")
     except Exception as e:  # DatasetUnavailable, or anything else the check raises
         return TextChoice(
             note=f"{kind}: skipped: no corpus given (--{'text' if kind == 'lm' else 'sentiment'}-file), none in "
@@ -127,8 +135,12 @@ def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], N
 
 
 # --------------------------------------------------------------------------- the grid
-def preset_runs(preset: dict[str, Any], text: dict[str, TextChoice]) -> list[Run]:
-    """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out."""
+def preset_runs(preset: dict[str, Any], text: dict[str, TextChoice], out: Path | None = None) -> list[Run]:
+    """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out.
+
+    Each config is checked by building its task. With `out` (the runs directory) a text study's corpus,
+    tokenizer and tokens are built once, in the cache its runs use (out/<study>/.token_cache).
+    """
     runs: list[Run] = []
     base_train = dict(preset.get("train") or {})
     for study, spec in preset["studies"].items():
@@ -139,12 +151,13 @@ def preset_runs(preset: dict[str, Any], text: dict[str, TextChoice]) -> list[Run
                 continue
             tasks = [(t, {**p, **choice.params}) for t, p in tasks]
         try:
-            expanded = expand_grid(
-                _as_list(spec.get("variants", ["all"])), tasks,
-                [dict(s) for s in _as_list(spec.get("sizes", [{}]))],
-                _as_list(spec.get("seeds", [0])), _as_list(spec.get("lrs", [1e-3])),
-                {**base_train, **(spec.get("train") or {})},
-            )
+            with task_data_cache(None if out is None or not spec.get("text") else out / study / DATA_CACHE_DIR):
+                expanded = expand_grid(
+                    _as_list(spec.get("variants", ["all"])), tasks,
+                    [dict(s) for s in _as_list(spec.get("sizes", [{}]))],
+                    _as_list(spec.get("seeds", [0])), _as_list(spec.get("lrs", [1e-3])),
+                    {**base_train, **(spec.get("train") or {})},
+                )
         except ValueError as e:
             raise ValueError(f"study {study!r}: {e}") from None
         runs.extend((f"{study}/{name}", cfg) for name, cfg in expanded)
@@ -374,7 +387,7 @@ def reproduce(
     text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check) for k in sorted(needed)}
     for choice in text.values():
         log(("note: " if choice.skipped else "text: ") + choice.note)
-    runs = preset_runs(preset, text)
+    runs = preset_runs(preset, text, out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": "mixit-lab/reproduce", "preset": preset["name"], "preset_contents": preset,

@@ -351,8 +351,9 @@ TITLES = {
     "table1_retrieval": ("Table 1: retrieval and k-hop induction", "Final eval accuracy (%), mean over seeds; "
                          "paper: 100 / ~100 / 97.0 / 11.2 (standard / frozen_mlp / frozen_qk / mixit) on retrieval."),
     "table2_lm": ("Table 2: language modeling", "Validation log-perplexity (nats per token; lower is better). "
-                  "The paper's numbers are on WikiText-103 at 12 layers, ours on the corpus named above."),
-    "table3_tasks": ("Table 3: algorithmic tasks and sentiment", "Final eval accuracy (%), mean over seeds."),
+                  "The paper's numbers are on WikiText-103 at 12 layers, ours on the corpus named below."),
+    "table3_tasks": ("Table 3: algorithmic tasks and sentiment", "Final eval accuracy (%), mean over seeds; the "
+                     "paper's sentiment numbers are on Yelp reviews, ours on the corpus named below."),
     "table4_memorize": ("Table 4: memorization capacity", "Most bits stored over the dataset sizes trained, per "
                         "trainable parameter (a lower bound unless the largest dataset was not fully memorized)."),
     "table4_memorize_sizes": ("Memorization per dataset size", "Accuracy and bits for every n (keys = n^d)."),
@@ -364,6 +365,21 @@ TITLES = {
     "speed": ("Training speed", "Full training step (forward, backward, AdamW) at the size given; faster_pct is "
               "the per-sample time saved relative to standard."),
 }
+
+
+# The text corpus behind a table, stated under its caption: (table, manifest "text" key, label).
+CORPUS_OF = {"table2_lm": ("lm", "Corpus"), "table3_tasks": ("sentiment", "Sentiment rows")}
+
+
+def corpus_line(manifest: dict[str, Any], kind: str, label: str) -> str:
+    """Where a text study's data came from, from the manifest's corpus notes (or that there was none)."""
+    info = (manifest.get("text") or {}).get(kind)
+    if info is None:
+        return f"**{label}**: none (this preset has no {kind} study)."
+    note = str(info.get("note") or "").removeprefix(f"{kind}: ")
+    if info.get("skipped"):
+        return f"**{label}**: none; {note}."
+    return f"**{label}**: {note}."
 
 
 def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[str, Any],
@@ -397,7 +413,10 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     lines.append("")
     for name, df in tables.items():
         title, caption = TITLES[name]
-        lines += [f"## {title}", "", caption, "", markdown_table(df)]
+        lines += [f"## {title}", "", caption, ""]
+        if name in CORPUS_OF:
+            lines += [corpus_line(manifest, *CORPUS_OF[name]), ""]
+        lines.append(markdown_table(df))
     if figures_dir is not None and Path(figures_dir).is_dir():
         pngs = sorted(Path(figures_dir).glob("*.png"))
         if pngs:

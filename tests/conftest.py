@@ -22,6 +22,16 @@ def _shared_data() -> Path | None:
 
 
 SHARED_DATA = _shared_data()
+NEEDS_SHARED_DATA = "real corpora not found in ../shared/data (or $MIXIT_DATA)"  # the skip reason
+
+
+@pytest.fixture(scope="session")
+def generated_corpora(tmp_path_factory) -> dict[str, Path]:
+    """Small generated corpora (tests/corpora.py) for tests that need a corpus but not the real ones:
+    {"lm": WikiText-like articles, "sentiment": `sentence<TAB>label` lines}."""
+    from corpora import write_corpora
+
+    return write_corpora(tmp_path_factory.mktemp("generated_corpora"))
 
 
 @pytest.fixture

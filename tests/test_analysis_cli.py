@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import SHARED_DATA
 import torch
 
 import analysis.heads
@@ -15,9 +14,6 @@ from training import TrainConfig, train
 from training.cli import main
 
 SMALL = ["--n-seqs", "4", "--eval-samples", "32"]
-
-
-DATA = SHARED_DATA
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -143,15 +139,14 @@ def test_analyze_bad_input_is_a_one_line_error(tmp_path, capsys):
     assert (occupied / "notes.txt").read_text() == "mine"
 
 
-@pytest.mark.skipif(DATA is None, reason="real corpora not found in ../shared/data (or $MIXIT_DATA)")
-def test_analyze_text_runs_language_model_and_classifier(tmp_path, capsys):
+def test_analyze_text_runs_language_model_and_classifier(tmp_path, capsys, generated_corpora):
     common = ["--seq-len", "32", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "3",
               "--batch-size", "8", "--eval-every", "3", "--quiet"]
     lm, clf = tmp_path / "lm", tmp_path / "clf"
-    assert main(["train", "--task", "lm", "--text-file", str(DATA / "tinyshakespeare" / "input.txt"),
+    assert main(["train", "--task", "lm", "--text-file", str(generated_corpora["lm"]),
                  "--tokenizer", "byte", "--eval-samples", "16", *common, "--out", str(lm)]) == 0
-    with pytest.warns(UserWarning, match="may be cut"):
-        assert main(["train", "--task", "sentiment", "--text-file", str(DATA / "sentiment-sentences" / "yelp_labelled.txt"),
+    with pytest.warns(UserWarning, match="may be cut"):  # 300 BPE tokens: about half the sentences exceed 32
+        assert main(["train", "--task", "sentiment", "--text-file", str(generated_corpora["sentiment"]),
                      "--vocab-size", "300", "--variant", "mixit", *common, "--out", str(clf)]) == 0
         code, out, err = run_cli(["analyze", str(lm), str(clf), *SMALL], capsys)
     assert code == 0, err

@@ -1,7 +1,8 @@
 """Tests of the text workloads (training/text.py, models/tokenizer.py): corpora, tokenizers, cache, lm, sentiment.
 
 Tests marked `needs_data` read the real corpora in `../shared/data` (next to the repository, or the
-folder named by MIXIT_DATA) and skip, with the reason shown, when it is absent.
+folder named by MIXIT_DATA) and skip, with the reason shown, when it is absent. Tests that need a
+corpus but not a real one use the generated corpora of tests/corpora.py (`generated_corpora`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SHARED_DATA
+from conftest import NEEDS_SHARED_DATA, SHARED_DATA
 import torch
 from transformer_lens.head_detector import detect_head
 
@@ -31,7 +32,7 @@ from training.tasks import task_data_cache
 
 
 DATA = SHARED_DATA
-needs_data = pytest.mark.skipif(DATA is None, reason="real corpora not found in ../shared/data (or $MIXIT_DATA)")
+needs_data = pytest.mark.skipif(DATA is None, reason=NEEDS_SHARED_DATA)
 SHAKESPEARE = DATA / "tinyshakespeare" / "input.txt" if DATA else None
 WIKITEXT = DATA / "wikitext-2" / "valid.txt" if DATA else None
 YELP = DATA / "sentiment-sentences" / "yelp_labelled.txt" if DATA else None
@@ -169,9 +170,9 @@ def test_frozen_qk_and_mixit_train_on_wikitext2_through_the_cli(tmp_path, capsys
         assert model.to_string(model.to_tokens(" = Valkyria = ", prepend_bos=False)[0]) == " = Valkyria = "
 
 
-@needs_data
-def test_lm_resume_after_kill_matches_uninterrupted_run(tmp_path, monkeypatch, one_thread):
-    cfg = TrainConfig(task="lm", task_params={"text_file": [str(WIKITEXT)], "tokenizer": "byte", "seq_len": 32},
+def test_lm_resume_after_kill_matches_uninterrupted_run(tmp_path, monkeypatch, one_thread, generated_corpora):
+    cfg = TrainConfig(task="lm", task_params={"text_file": [str(generated_corpora["lm"])], "tokenizer": "byte",
+                                              "seq_len": 32},
                       variant="mixit", d_model=32, n_layers=1, n_heads=4, steps=20, batch_size=8, eval_every=10,
                       eval_samples=20)
     train(cfg, tmp_path / "full", progress=False)
@@ -287,6 +288,90 @@ def test_hub_dataset_code_path_with_a_stand_in_loader(monkeypatch):
         get_task("lm", dataset="yelp_polarity")
 
 
+def _as_hub_rows(path: Path) -> list[str]:
+    """A local WikiText file as the Hub stores it: one row per line with its newline, blank lines as ""."""
+    return [line if line.strip() else "" for line in path.read_text(encoding="utf-8").splitlines(keepends=True)]
+
+
+def _wikitext_pair(which: str, generated_corpora: dict, tmp_path: Path) -> tuple[Path, Path]:
+    if which == "shared":
+        if DATA is None:
+            pytest.skip(NEEDS_SHARED_DATA)
+        return DATA / "wikitext-2" / "valid.txt", DATA / "wikitext-2" / "test.txt"
+    import corpora
+
+    valid, test = tmp_path / "valid.txt", tmp_path / "test.txt"
+    valid.write_text(generated_corpora["lm"].read_text(encoding="utf-8"), encoding="utf-8")
+    test.write_text(corpora.wikitext_like(n_articles=30, seed=1), encoding="utf-8")
+    return valid, test
+
+
+@pytest.mark.parametrize("which", ["generated", "shared"])
+def test_wikitext2_from_the_hub_is_the_local_corpus(monkeypatch, tmp_path, generated_corpora, which):
+    """`wikitext-2-v1-valid-test` (the quick preset's Hub fallback) gives the documents, the held-out
+    articles and so the tokens of ../shared/data/wikitext-2/{valid,test}.txt, read as local files."""
+    import datasets
+
+    valid, test = _wikitext_pair(which, generated_corpora, tmp_path)
+    calls = []
+
+    def load_dataset(repo, config, split, streaming):
+        calls.append((repo, config, split, streaming))
+        return {"text": _as_hub_rows({"validation": valid, "test": test}[split])}
+
+    monkeypatch.setattr(text, "check_hub_reachable", lambda dataset, timeout=3.0: None)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    assert text.rejoin_lines(_as_hub_rows(valid)) == valid.read_text(encoding="utf-8")
+    hub = text.load_text_corpus(None, "wikitext-2-v1-valid-test", 0.1, None)
+    local = text.load_text_corpus([str(valid), str(test)], None, 0.1, None)
+    assert calls == [("Salesforce/wikitext", "wikitext-2-v1", split, False) for split in ("validation", "test")]
+    assert hub.train == local.train and hub.validation == local.validation and len(hub.validation) >= 2
+    if which == "shared":  # the v1 splits: 60 + 62 articles, with <unk> as in the local files
+        assert len(local.train) + len(local.validation) == 122 and "<unk>" in local.train[0]
+    assert text.load_text_corpus(None, "wikitext-2-v1-valid-test", 0.1, 10).train == \
+        text.load_text_corpus([str(valid), str(test)], None, 0.1, 10).train  # --max-docs alike too
+    params = dict(tokenizer="byte", seq_len=32)
+    assert (get_task("lm", dataset="wikitext-2-v1-valid-test", **params).data_fingerprint
+            == get_task("lm", text_file=[str(valid), str(test)], **params).data_fingerprint)
+
+
+def test_yelp_sample_from_the_hub_is_fixed_small_and_cached(monkeypatch, tmp_path):
+    """`yelp_polarity-1k` (the quick preset's Hub fallback): 500 reviews per class from the streamed test
+    split only, chosen by a hash of the text (not by row order), split per class like a local file, and
+    kept in the token cache so a sweep streams the split once."""
+    import datasets
+
+    reviews = [{"text": f"review {i}: {'great food' if i % 3 else 'cold food'} " * (1 + i % 4), "label": int(i % 3 > 0)}
+               for i in range(2400)]  # 800 negative, 1,600 positive
+    calls = []
+
+    def load_dataset(repo, config, split, streaming):
+        calls.append((repo, config, split, streaming))
+        return iter(list(reviews))
+
+    monkeypatch.setattr(text, "check_hub_reachable", lambda dataset, timeout=3.0: None)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    corpus = text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
+    assert calls == [("fancyzhx/yelp_polarity", None, "test", True)]  # never the 256 MB train split
+    assert Counter(corpus.train_labels) == {0: 400, 1: 400} and Counter(corpus.val_labels) == {0: 100, 1: 100}
+    assert not set(corpus.train_texts) & set(corpus.val_texts) and corpus.source == "yelp_polarity-1k"
+    for text_, label in zip(corpus.train_texts + corpus.val_texts, corpus.train_labels + corpus.val_labels):
+        assert ("great" in text_) == (label == 1)
+    reviews.reverse()  # another row order: the same sample and split
+    again = text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
+    assert (again.train_texts, again.val_texts) == (corpus.train_texts, corpus.val_texts)
+    with task_data_cache(tmp_path):
+        first = get_task("sentiment", dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
+    n_calls = len(calls)
+    with task_data_cache(tmp_path):
+        second = get_task("sentiment", dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
+    assert len(calls) == n_calls and first.data_fingerprint == second.data_fingerprint  # served from the cache
+    assert len(first.train_rows) == 800 and len(first.val_rows) == 200
+    reviews.append({"text": "neutral", "label": 2})
+    with pytest.raises(text.TextDataError, match="labels \\['2'\\] are not among the classes"):
+        text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
+
+
 def _write(path: Path, data: bytes | str) -> str:
     path.write_bytes(data.encode() if isinstance(data, str) else data)
     return str(path)
@@ -330,9 +415,8 @@ def test_bad_text_options_through_the_cli(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-@needs_data
-def test_lm_refuses_bidirectional_attention(tmp_path, capsys):
-    code = main(["train", "--task", "lm", "--text-file", str(WIKITEXT), "--tokenizer", "byte", "--bidirectional",
+def test_lm_refuses_bidirectional_attention(tmp_path, capsys, generated_corpora):
+    code = main(["train", "--task", "lm", "--text-file", str(generated_corpora["lm"]), "--tokenizer", "byte", "--bidirectional",
                  "--out", str(tmp_path / "run")])
     assert code == 2 and "requires causal=True" in capsys.readouterr().err
 

@@ -7,7 +7,9 @@ Read top to bottom:
   lines, not ` = = Section = = `) start documents; otherwise blank-line-separated blocks; otherwise
   single lines. Labelled text is `sentence<TAB>label` lines or a CSV with `text` and `label` columns,
   split per class (stratified). Hugging Face datasets by name (`HUB_DATASETS`) when the Hub can be
-  reached; otherwise a one-line error within seconds that suggests `--text-file`.
+  reached; otherwise a one-line error within seconds that suggests `--text-file`. A dataset without a
+  held-out split of its own (`wikitext-2-v1-valid-test`, `yelp_polarity-1k`, `fineweb-edu`) is held
+  out like local files.
 * **Tokenizers.** Byte-level BPE trained with `tokenizers` on the training split only, or plain bytes
   (256 + 2 special tokens). Both are byte-level, so every text round-trips exactly. The tokenizer is
   attached to the model and saved with its checkpoint (models/tokenizer.py).
@@ -29,6 +31,7 @@ import csv
 import hashlib
 import io
 import itertools
+import json
 import math
 import os
 import re
@@ -84,19 +87,41 @@ class DatasetUnavailable(TextDataError):
 
 @dataclass(frozen=True)
 class HubDataset:
+    """A Hugging Face dataset by name: where it is, and how its rows become a corpus.
+
+    `splits` are read and pooled (their documents, or labelled texts, in order). With a `held_out`
+    split, that split is the validation set; without one, the pooled documents are held out by
+    document (lm) or per class (sentiment) exactly like local files. `lines`: rows are the lines of
+    text files (WikiText: one row per line, blank lines as ""), rejoined into the files' text and
+    split into articles like a local file. `per_class`: keep a fixed sample of that many texts per
+    class, the ones whose text has the smallest SHA-256 (so the sample does not depend on row order).
+    """
+
     repo: str
     config: str | None
     kind: str  # "text" (for lm) or "labelled" (for sentiment)
-    train_split: str
-    validation_split: str | None  # None: split the (streamed) documents like local files
+    splits: tuple[str, ...]
+    held_out: str | None  # None: hold out like local files
     streamed: bool = False
+    lines: bool = False
+    per_class: int | None = None
 
 
 HUB_DATASETS: dict[str, HubDataset] = {
-    "wikitext-103-raw-v1": HubDataset("Salesforce/wikitext", "wikitext-103-raw-v1", "text", "train", "validation"),
-    "wikitext-2-raw-v1": HubDataset("Salesforce/wikitext", "wikitext-2-raw-v1", "text", "train", "validation"),
-    "fineweb-edu": HubDataset("HuggingFaceFW/fineweb-edu", "sample-10BT", "text", "train", None, streamed=True),
-    "yelp_polarity": HubDataset("fancyzhx/yelp_polarity", None, "labelled", "train", "test"),
+    "wikitext-103-raw-v1": HubDataset("Salesforce/wikitext", "wikitext-103-raw-v1", "text", ("train",), "validation",
+                                      lines=True),
+    "wikitext-2-raw-v1": HubDataset("Salesforce/wikitext", "wikitext-2-raw-v1", "text", ("train",), "validation",
+                                    lines=True),
+    # WikiText-2 as in ../shared/data/wikitext-2 (valid.txt + test.txt: the v1 splits, with <unk>), held out by
+    # article like those files: the same documents and the same validation articles (the quick preset's fallback).
+    "wikitext-2-v1-valid-test": HubDataset("Salesforce/wikitext", "wikitext-2-v1", "text", ("validation", "test"), None,
+                                           lines=True),
+    "fineweb-edu": HubDataset("HuggingFaceFW/fineweb-edu", "sample-10BT", "text", ("train",), None, streamed=True),
+    "yelp_polarity": HubDataset("fancyzhx/yelp_polarity", None, "labelled", ("train",), "test"),
+    # 1,000 reviews (500 per class) of yelp_polarity's test split (17.7 MB, streamed; the 256 MB train split is
+    # never fetched), split per class like a local file (the quick preset's fallback).
+    "yelp_polarity-1k": HubDataset("fancyzhx/yelp_polarity", None, "labelled", ("test",), None, streamed=True,
+                                   per_class=500),
 }
 
 
@@ -208,14 +233,17 @@ def load_text_corpus(
         return _load_hub_text(dataset, val_fraction, max_docs)
     files = expand_paths(text_file or [])
     docs = [doc for f in files for doc in split_documents(read_text_file(f))]
+    return _hold_out_documents(_describe(files), docs, val_fraction, max_docs)
+
+
+def _hold_out_documents(source: str, docs: list[str], val_fraction: float, max_docs: int | None) -> TextCorpus:
+    """The first `max_docs` documents, split into train/validation by document (deterministically)."""
     if max_docs is not None:
         docs = docs[:max_docs]
     if len(docs) < 2:
-        raise TextDataError(
-            f"{_describe(files)}: found {len(docs)} document; need at least 2 to hold some out for validation"
-        )
+        raise TextDataError(f"{source}: found {len(docs)} document; need at least 2 to hold some out for validation")
     train, val = _held_out(len(docs), val_fraction)
-    return TextCorpus(_describe(files), [docs[i] for i in train], [docs[i] for i in val])
+    return TextCorpus(source, [docs[i] for i in train], [docs[i] for i in val])
 
 
 def read_labelled_file(path: Path, classes: list[str]) -> tuple[list[str], list[int]]:
@@ -269,22 +297,28 @@ def load_labelled_corpus(
 ) -> LabelledCorpus:
     """Labelled texts from local files (stratified split) or a Hub dataset (its train/test splits)."""
     if dataset is not None:
-        return _load_hub_labelled(dataset, classes, max_docs)
+        return _load_hub_labelled(dataset, classes, val_fraction, max_docs)
     files = expand_paths(text_file or [])
     texts, labels = [], []
     for f in files:
         t, y = read_labelled_file(f, classes)
         texts += t
         labels += y
+    return _hold_out_per_class(_describe(files), classes, texts, labels, val_fraction, max_docs)
+
+
+def _hold_out_per_class(source: str, classes: list[str], texts: list[str], labels: list[int], val_fraction: float,
+                        max_docs: int | None) -> LabelledCorpus:
+    """The first `max_docs` texts, `val_fraction` of each class held out (deterministically)."""
     if max_docs is not None:
         texts, labels = texts[:max_docs], labels[:max_docs]
     counts = [labels.count(c) for c in range(len(classes))]
     if min(counts) < 2:
         few = [f"{cls!r}: {n}" for cls, n in zip(classes, counts) if n < 2]
-        raise TextDataError(f"{_describe(files)}: every class needs at least 2 examples to hold some out ({', '.join(few)})")
+        raise TextDataError(f"{source}: every class needs at least 2 examples to hold some out ({', '.join(few)})")
     train, val = _stratified(labels, len(classes), val_fraction)
     return LabelledCorpus(
-        _describe(files), classes,
+        source, classes,
         [texts[i] for i in train], [labels[i] for i in train], [texts[i] for i in val], [labels[i] for i in val],
     )
 
@@ -351,33 +385,88 @@ def _hub_load(dataset: str, spec: HubDataset, split: str):
         raise TextDataError(f"dataset {dataset!r}: loading {spec.repo} failed ({type(e).__name__}: {e})") from None
 
 
+def _column(rows: Any, name: str, streamed: bool):
+    """One column of a loaded split: indexed on a (non-streamed) Dataset, row by row when streamed."""
+    return (row[name] for row in rows) if streamed else rows[name]
+
+
+def rejoin_lines(lines: Any) -> str:
+    """The text of a file stored one row per line (WikiText on the Hub: each row a line with its newline,
+    blank lines as ""): blank lines come back as WikiText's " \\n", so the text is the original file's."""
+    return "".join(line if line else " \n" for line in lines)
+
+
+def _hub_documents(dataset: str, spec: HubDataset, split: str, max_docs: int | None) -> list[str]:
+    rows = _hub_load(dataset, spec, split)
+    if spec.lines:
+        return split_documents(rejoin_lines(_column(rows, "text", spec.streamed)))
+    texts = _column(rows, "text", spec.streamed)
+    if spec.streamed:
+        texts = itertools.islice(texts, max_docs or STREAMED_DEFAULT_DOCS)
+    return [t for t in texts if t.strip()]
+
+
 def _load_hub_text(dataset: str, val_fraction: float, max_docs: int | None) -> TextCorpus:
     spec = _hub_spec(dataset, "text")
-    if spec.streamed:
-        rows = _hub_load(dataset, spec, spec.train_split)
-        docs = [r["text"] for r in itertools.islice(rows, max_docs or STREAMED_DEFAULT_DOCS) if r["text"].strip()]
-        train, val = _held_out(len(docs), val_fraction)
-        return TextCorpus(dataset, [docs[i] for i in train], [docs[i] for i in val])
-    # WikiText rows are lines; rejoin them and split into articles like a local file.
-    train = split_documents("".join(_hub_load(dataset, spec, spec.train_split)["text"]))
-    val = split_documents("".join(_hub_load(dataset, spec, spec.validation_split)["text"]))
-    return TextCorpus(dataset, train[:max_docs] if max_docs else train, val)
+    docs = [doc for split in spec.splits for doc in _hub_documents(dataset, spec, split, max_docs)]
+    if spec.held_out is None:  # like local files: the same documents give the same split
+        return _hold_out_documents(dataset, docs, val_fraction, max_docs)
+    return TextCorpus(dataset, docs[:max_docs] if max_docs else docs, _hub_documents(dataset, spec, spec.held_out, None))
 
 
-def _load_hub_labelled(dataset: str, classes: list[str], max_docs: int | None) -> LabelledCorpus:
+def _hub_labelled(dataset: str, spec: HubDataset, split: str, classes: list[str]) -> tuple[list[str], list[int]]:
+    """(texts, class indices) of one split, or its fixed per-class sample (cached like token arrays)."""
+    cache = data_cache_dir() if spec.per_class is not None else None
+    path = None if cache is None else cache / f"hub-{_digest(dataset, spec, split, classes, CACHE_FORMAT)}.json"
+    if path is not None and path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            return saved["texts"], saved["labels"]
+        except (ValueError, KeyError, OSError):
+            pass  # unreadable cache entry: load again and overwrite it
+    rows = _hub_load(dataset, spec, split)
+    pairs = ((r["text"], r["label"]) for r in rows) if spec.streamed else zip(rows["text"], rows["label"])
+    texts, labels, bad = [], [], set()
+    for text, label in pairs:
+        if str(label) in classes:
+            texts.append(text)
+            labels.append(classes.index(str(label)))
+        else:
+            bad.add(str(label))
+    if bad:
+        raise TextDataError(f"dataset {dataset!r}: labels {sorted(bad)} are not among the classes {classes} (set --classes)")
+    if spec.per_class is not None:
+        texts, labels = sample_per_class(texts, labels, len(classes), spec.per_class)
+    if path is not None:
+        _atomic_write(path, lambda fh: json.dump({"texts": texts, "labels": labels}, fh), "w")
+    return texts, labels
+
+
+def sample_per_class(texts: list[str], labels: list[int], n_classes: int, per_class: int) -> tuple[list[str], list[int]]:
+    """A fixed sample: the `per_class` texts of each class with the smallest SHA-256 of their text, in that
+    order (classes interleaved by hash). The same texts give the same sample in any row order."""
+    keyed = sorted((hashlib.sha256(t.encode("utf-8")).digest(), t, y) for t, y in zip(texts, labels))
+    taken, kept = [0] * n_classes, []
+    for _, text, label in keyed:
+        if taken[label] < per_class:
+            taken[label] += 1
+            kept.append((text, label))
+    return [t for t, _ in kept], [y for _, y in kept]
+
+
+def _load_hub_labelled(dataset: str, classes: list[str], val_fraction: float, max_docs: int | None) -> LabelledCorpus:
     spec = _hub_spec(dataset, "labelled")
-    parts = []
-    for split in (spec.train_split, spec.validation_split):
-        rows = _hub_load(dataset, spec, split)
-        texts, labels = list(rows["text"]), [str(y) for y in rows["label"]]
-        bad = sorted(set(labels) - set(classes))
-        if bad:
-            raise TextDataError(f"dataset {dataset!r}: labels {bad} are not among the classes {classes} (set --classes)")
-        parts.append((texts, [classes.index(y) for y in labels]))
-    (train_texts, train_labels), (val_texts, val_labels) = parts
+    texts, labels = [], []
+    for split in spec.splits:
+        t, y = _hub_labelled(dataset, spec, split, classes)
+        texts += t
+        labels += y
+    if spec.held_out is None:  # like local files: split per class
+        return _hold_out_per_class(dataset, classes, texts, labels, val_fraction, max_docs)
+    val_texts, val_labels = _hub_labelled(dataset, spec, spec.held_out, classes)
     if max_docs:
-        train_texts, train_labels = train_texts[:max_docs], train_labels[:max_docs]
-    return LabelledCorpus(dataset, classes, train_texts, train_labels, val_texts, val_labels)
+        texts, labels = texts[:max_docs], labels[:max_docs]
+    return LabelledCorpus(dataset, classes, texts, labels, val_texts, val_labels)
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -567,8 +656,9 @@ class LanguageModeling(_TextTask):
     windows (at most `DEFAULT_EVAL_SIZE`, spread evenly over the split); the trainer adds log perplexity
     (= eval_loss, nats per token) and perplexity to its eval records.
     Parameters: `text_file` (files or folders) or `dataset` (a name in HUB_DATASETS), `seq_len`,
-    `tokenizer` ("bpe" or "byte"), `vocab_size` (BPE, default 4096), `val_fraction` (local files),
-    `max_docs` (use only the first documents; streamed datasets default to 100,000).
+    `tokenizer` ("bpe" or "byte"), `vocab_size` (BPE, default 4096), `val_fraction` (local files, and
+    datasets held out like them), `max_docs` (use only the first documents; streamed datasets default
+    to 100,000).
     """
 
     name = "lm"
@@ -645,8 +735,9 @@ class SentimentClassification(_TextTask):
     Rows are `<|endoftext|>` + the text's tokens, cut to `seq_len` and right-padded with `<pad>`;
     `sample` returns (tokens, mask of real tokens, labels) for rows drawn uniformly from the training
     split; `eval_set()` is the held-out split in a fixed shuffled order. Local files are split per class
-    (`val_fraction` of each); `yelp_polarity` uses its train/test splits. `classes` lists the label
-    values in the files (default "0" "1"); class i is the i-th. The model gets `causal=False` and
+    (`val_fraction` of each), and so is `yelp_polarity-1k` (a fixed 1,000-review sample); `yelp_polarity`
+    uses its train/test splits. `classes` lists the label values in the files (default "0" "1"); class i
+    is the i-th. The model gets `causal=False` and
     `n_classes=len(classes)` (`model_overrides`). Metric: accuracy ("label").
     """
 
