@@ -126,6 +126,65 @@ def test_lm_verdict_needs_frozen_qk_closer_to_standard():
     assert check_findings(_tables(table2_lm=table(4.4)))[1]["holds"] is False  # ordered, but not much closer
 
 
+def _finding(tables, number):
+    found = check_findings(_tables(**tables))[number - 1]
+    assert found["id"] == number
+    return found
+
+
+def _not_measured(found):
+    return found["holds"] is None and "not measured" in found["ours"]
+
+
+def test_algorithmic_tasks_verdict():
+    def table(gaps, sentiment=(80.0, 78.0)):
+        rows = [{"task": f"{task}(x=1)", "variant": v, "accuracy": a}
+                for task, gap in gaps.items() for v, a in (("standard", 100.0), ("mixit", 100.0 - gap))]
+        if sentiment is not None:
+            rows += [{"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a}
+                     for v, a in zip(("standard", "mixit"), sentiment)]
+        return {"table3_tasks": pd.DataFrame(rows, columns=["task", "variant", "accuracy"])}
+
+    close = {"addition": 2.0, "dyck": 5.0, "modadd": 0.0, "memorize": 1.0}
+    assert _finding(table(close), 3)["holds"] is True
+    assert _finding(table({**close, "dyck": 6.0}), 3)["holds"] is False
+    assert _finding(table(close, sentiment=(80.0, 74.0)), 3)["holds"] is False
+    # Only what was measured counts; nothing measured is "not measured".
+    partial = _finding(table({"addition": 0.0}, sentiment=None), 3)
+    assert partial["holds"] is True and "dyck not measured" in partial["ours"]
+    assert _not_measured(_finding({}, 3))
+    assert _not_measured(_finding(table({}, sentiment=None), 3))
+
+
+def test_depth_verdict():
+    def tables(random_deep=30.0, mixit_deep=95.0, random_growth=20.0, mixit_growth=1.5):
+        t6 = pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a} for v, n, a in
+                           (("random", 2, 80.0), ("random", 6, random_deep), ("mixit", 2, 100.0), ("mixit", 6, mixit_deep))])
+        t7 = pd.DataFrame([{"variant": v, "d_model": 128, "depth": d, "covariance": c, "cosine": 0.5} for v, g in
+                           (("random", random_growth), ("mixit", mixit_growth)) for d, c in ((2, 0.01), (32, 0.01 * g))])
+        return {"table6_depth": t6, "table7_signal": t7}
+
+    assert _finding(tables(), 5)["holds"] is True
+    assert _finding(tables(random_deep=60.0), 5)["holds"] is False  # random loses only 20 points
+    assert _finding(tables(mixit_deep=85.0), 5)["holds"] is False  # mixit loses 15
+    assert _finding(tables(random_growth=5.0), 5)["holds"] is False  # random's covariance grows only 5x
+    assert _finding(tables(mixit_growth=3.0), 5)["holds"] is False
+    # Either half alone gives a verdict; neither is "not measured".
+    only_signal = {"table7_signal": tables()["table7_signal"]}
+    assert _finding(only_signal, 5)["holds"] is True and "depth accuracy not measured" in _finding(only_signal, 5)["ours"]
+    assert _not_measured(_finding({}, 5))
+
+
+def test_speed_verdict():
+    def table(qk, mixit):
+        return {"speed": pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "faster_pct": [0.0, qk, mixit]})}
+
+    assert _finding(table(20.0, 30.0), 7)["holds"] is True
+    assert _finding(table(20.0, -3.0), 7)["holds"] is False
+    assert _finding(table(0.0, 30.0), 7)["holds"] is False  # as fast is not faster
+    assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].iloc[:2]}, 7))
+
+
 # --------------------------------------------------------------------------- end to end
 def _reproduce_cmd(tmp_path: Path) -> list[str]:
     return [sys.executable, "-m", "training.cli", "reproduce", "--preset", "smoke", "--workers", "2", "--quiet",
