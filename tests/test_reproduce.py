@@ -14,7 +14,7 @@ import pytest
 from reproduce.pipeline import (
     TextChoice, check_not_stale, choose_text, load_preset, preset_names, preset_runs,
 )
-from reproduce.report import build_tables, check_findings
+from reproduce.report import INDUCTION_COLUMNS, build_tables, check_findings
 from training import TrainConfig
 
 from conftest import ROOT, SHARED_DATA
@@ -175,6 +175,48 @@ def test_depth_verdict():
     assert _not_measured(_finding({}, 5))
 
 
+def _induction(qk=None, mixit=None, standard=None):
+    """An induction table: per variant, overrides of a frozen_qk-like row that satisfies the criterion."""
+    base = {"run": "khop/x", "task_head": "L1H2", "task_score": 0.5, "task_shuffled": 0.1, "task_chance": 0.04,
+            "task_positional": 0.27, "ablation_drop": 25.0, "repeat_head": "L1H0", "repeat_score": 0.3,
+            "repeat_chance": 0.14}
+    rows = [{"variant": "frozen_qk", **base, **(qk or {})},
+            {"variant": "mixit", **base, "task_score": 0.05, "task_shuffled": 0.05, **(mixit or {})}]
+    if standard is not None:
+        rows.insert(0, {"variant": "standard", **base, **standard})
+    return {"induction": pd.DataFrame(rows, columns=INDUCTION_COLUMNS)}
+
+
+def test_induction_verdict_on_task_aligned_scores():
+    found = _finding(_induction(), 6)
+    assert found["holds"] is True
+    assert "frozen_qk L1H2 0.500 (chance 0.040, shuffled sources 0.100, ablating it costs 25.0 points)" in found["ours"]
+    assert "repeated tokens: frozen_qk 0.30" in found["ours"]
+    failing = {
+        "at 3x chance but not chance + 0.1": {"task_score": 0.13, "task_shuffled": 0.0},
+        "chance + 0.1 but not 3x chance": {"task_score": 0.5, "task_chance": 0.2, "task_shuffled": 0.0},
+        "as high on shuffled sources (position alone)": {"task_score": 0.15, "task_shuffled": 0.149},
+        "ablating it costs under 10 points": {"ablation_drop": 9.9},
+    }
+    for why, qk in failing.items():
+        assert _finding(_induction(qk=qk), 6)["holds"] is False, why
+    assert _finding(_induction(qk={"task_score": 0.14, "task_shuffled": 0.04}), 6)["holds"] is True  # both margins met
+    assert _finding(_induction(mixit={"task_score": 0.08}), 6)["holds"] is False  # mixit at 2x chance
+    assert _finding(_induction(mixit={"task_score": 0.079}), 6)["holds"] is True
+    assert _finding(_induction(standard={"task_score": 0.0}), 6)["holds"] is True  # standard is not part of it
+
+
+def test_induction_not_measured_without_task_aligned_data():
+    assert _not_measured(_finding(_induction()["induction"].iloc[:1].pipe(lambda d: {"induction": d}), 6))
+    # Only repeated-token scores (an analysis without the task-aligned score): not measured, never judged on them.
+    repeat_only = _induction(qk={"task_score": None, "task_head": None}, mixit={"task_score": None})
+    found = _finding(repeat_only, 6)
+    assert _not_measured(found) and "frozen_qk" in found["ours"] and "mixit" in found["ours"]
+    no_ablation = _finding(_induction(qk={"ablation_drop": None}), 6)
+    assert _not_measured(no_ablation) and "ablation" in no_ablation["ours"]
+    assert _not_measured(_finding(_induction(qk={"task_shuffled": None}), 6))
+
+
 def test_speed_verdict():
     def table(qk, mixit):
         return {"speed": pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "faster_pct": [0.0, qk, mixit]})}
@@ -183,6 +225,33 @@ def test_speed_verdict():
     assert _finding(table(20.0, -3.0), 7)["holds"] is False
     assert _finding(table(0.0, 30.0), 7)["holds"] is False  # as fast is not faster
     assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].iloc[:2]}, 7))
+
+
+def test_induction_table_reads_the_task_aligned_summary(tmp_path):
+    # Fake analysed k-hop runs: two frozen_qk seeds (the higher task-aligned score is kept) and a mixit
+    # run analysed before the task-aligned score existed (repeated-token score only).
+    def run(name, variant, summary):
+        path = tmp_path / "khop" / name
+        (path / "analysis").mkdir(parents=True)
+        (path / "run.json").write_text(json.dumps({"train": {"variant": variant, "task": "khop", "task_params": {}}}))
+        (path / "summary.json").write_text(json.dumps({"status": "finished", "eval_acc": 0.9}))
+        (path / "analysis" / "analysis.json").write_text(json.dumps({"summary": summary}))
+
+    heads = {"top_induction": {"layer": 0, "head": 1, "score": 0.2}, "chance": {"induction": 0.14}}
+    def aligned(score, drop):
+        return {"top": {"layer": 1, "head": 2, "score": score, "shuffled": 0.05}, "chance": 0.04, "positional": 0.27,
+                "ablation": {"method": "mean", "accuracy": 0.7, "accuracy_drop": drop}}
+
+    run("qk-0", "frozen_qk", {"heads": heads, "task_induction": aligned(0.3, 0.2)})
+    run("qk-1", "frozen_qk", {"heads": heads, "task_induction": aligned(0.6, 0.25)})
+    run("mixit", "mixit", {"heads": heads})
+    ind = build_tables(tmp_path)["induction"].set_index("variant")
+    assert list(ind.reset_index().columns) == INDUCTION_COLUMNS
+    qk = ind.loc["frozen_qk"]
+    assert qk["run"] == "khop/qk-1" and qk["task_score"] == 0.6 and qk["ablation_drop"] == pytest.approx(25.0)
+    assert qk["task_head"] == "L1H2" and qk["repeat_head"] == "L0H1" and qk["repeat_chance"] == 0.14
+    assert pd.isna(ind.loc["mixit", "task_score"]) and ind.loc["mixit", "repeat_score"] == 0.2
+    assert _not_measured(check_findings(build_tables(tmp_path))[5])
 
 
 # --------------------------------------------------------------------------- end to end
