@@ -156,6 +156,67 @@ def test_algorithmic_tasks_verdict():
     assert _not_measured(_finding(table({}, sentiment=None), 3))
 
 
+# Memorization: per (variant, n) accuracy and bits; bits per trainable parameter from a fixed parameter count.
+PARAMS = {"standard": 1000, "frozen_qk": 800, "mixit": 700, "frozen_mlp": 400}
+PAPER_BPP = {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13}
+
+
+def _memorize_tables(bpp=PAPER_BPP, accuracy=0.6, growth=0.05, override=None):
+    """Two dataset sizes (n = 48, 96) per variant: the largest stores bpp * params bits at `accuracy`, the
+    next smaller (1 - growth) times as many. `override` {(variant, n): {column: value}} edits rows."""
+    rows = []
+    for v, params in PARAMS.items():
+        top = bpp[v] * params
+        for n, bits, acc in ((48, top * (1 - growth), 0.9), (96, top, accuracy)):
+            row = {"variant": v, "n": n, "d": 2, "seed": 0, "accuracy": acc, "bits": bits, "params_trainable": params,
+                   "bits_per_trainable_param": bits / params}
+            row.update((override or {}).get((v, n), {}))
+            rows.append(row)
+    sizes = pd.DataFrame(rows)
+    best = sizes.loc[sizes.groupby("variant")["bits"].idxmax()]
+    summary = pd.DataFrame({"variant": best["variant"], "bits_per_trainable_param": best["bits_per_trainable_param"],
+                            "seeds": 1, "at_n": best["n"]})
+    return {"table4_memorize": summary, "table4_memorize_sizes": sizes}
+
+
+def test_memorization_verdict_at_capacity():
+    assert _finding(_memorize_tables(), 4)["holds"] is True
+    assert "bits/param 2.98 / 2.25 / 2.18 / 1.13" in _finding(_memorize_tables(), 4)["ours"]
+    for wrong in ({**PAPER_BPP, "standard": 2.0},  # standard below frozen_qk
+                  {**PAPER_BPP, "frozen_mlp": 2.5},  # frozen_mlp above mixit
+                  {**PAPER_BPP, "frozen_qk": 2.8}):  # frozen_qk and mixit more than 25% apart
+        assert _finding(_memorize_tables(bpp=wrong), 4)["holds"] is False, wrong
+
+
+def test_memorization_is_not_measured_below_capacity():
+    # The paper's ordering, but standard stores the whole largest set: its bits are only a lower bound.
+    full = _finding(_memorize_tables(override={("standard", 96): {"accuracy": 1.0}}), 4)
+    assert _not_measured(full) and "not at capacity: standard memorizes 100.0% at n=96" in full["ours"]
+    assert _not_measured(_finding(_memorize_tables(accuracy=0.99), 4))
+    assert _finding(_memorize_tables(accuracy=0.989), 4)["holds"] is True
+    # Bits still growing (or falling) by more than 10% between the two largest sizes: no plateau.
+    growing = _finding(_memorize_tables(growth=0.3), 4)
+    assert _not_measured(growing) and "standard bits grow 30% from n=48 to n=96" in growing["ours"]
+    assert _finding(_memorize_tables(growth=0.09), 4)["holds"] is True
+    assert _not_measured(_finding(_memorize_tables(growth=0.11), 4))
+    falling = _memorize_tables(override={("mixit", 48): {"bits": 2.18 * 700 * 1.5}})
+    assert "mixit bits fall 33% from n=48 to n=96" in _finding(falling, 4)["ours"]
+    # Every variant must be at capacity, not only standard.
+    mlp = _finding(_memorize_tables(override={("frozen_mlp", 96): {"accuracy": 0.995}}), 4)
+    assert _not_measured(mlp) and "frozen_mlp memorizes" in mlp["ours"] and "standard" not in mlp["ours"].split(";")[0]
+    # One dataset size cannot show a plateau.
+    one = _memorize_tables()
+    one["table4_memorize_sizes"] = one["table4_memorize_sizes"].query("n == 96")
+    assert _not_measured(_finding(one, 4)) and "a plateau needs 2" in _finding(one, 4)["ours"]
+
+
+def test_memorization_not_measured_without_every_variant():
+    tables = _memorize_tables()
+    tables["table4_memorize"] = tables["table4_memorize"].query("variant != 'frozen_mlp'")
+    found = _finding(tables, 4)
+    assert _not_measured(found) and "memorize/frozen_mlp missing" in found["ours"]
+
+
 def test_depth_verdict():
     def tables(random_deep=30.0, mixit_deep=95.0, random_growth=20.0, mixit_growth=1.5):
         t6 = pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a} for v, n, a in
