@@ -49,15 +49,19 @@ current-token whose score reaches its threshold in `LABEL_THRESHOLDS`, else "non
 
 Task-aligned induction (`task_induction_scores`, `source_attention_scores`). Models trained on
 k-hop never see [r, r], so the scores above say little about them. Instead, on the task's eval
-inputs, each answer y_i has a query position q (the position that predicts it) and a source s (the
-position holding the answer: for one hop, the token right after the previous occurrence of x_i;
-from `KHop.answer_sources`). A head's score is its attention mass P[q, s], pooled over the
-(sequence, i) pairs whose target is not null. Chance is uniform attention over the keys q sees,
-1/(q+1), averaged over the same pairs; "positional" is the most that attention ignoring content
-(non-negative rows) can score, which a head can reach by attending at a typical offset. Because
-a head can score well above chance by position alone, each head also gets a "shuffled" score: its
-mass on the sources of another sequence (same positions statistics, unrelated content). The part
-of the score above the shuffled score is attention that follows the tokens, as an induction head's must.
+inputs, each answer y_i has a query position q = N + i (the position that predicts it) and a
+source: the letter x_s holding the answer (for one hop, the token right after the previous
+occurrence of x_i) at position s, and its aligned position N + s in the answer part, which
+predicts y_s and so must gather x_s (`KHop.answer_sources`). An induction lookup can read the
+answer at either: a trained 3-layer frozen_qk model's lookup head puts 0.75 of its attention on
+N + s and 0.10 on s. A head's score is its attention mass on the two, pooled over the (sequence, i)
+pairs whose target is not null. Chance is uniform attention over the keys q sees, 2/(q+1),
+averaged over the same pairs; "positional" is the most that attention ignoring the tokens
+(non-negative rows) can score, which a head can approach by attending at a typical offset.
+Because a head can score well above chance by position alone, each head also gets a "shuffled"
+score: its mass on the sources of another sequence (same position statistics, unrelated
+content). The part of the score above the shuffled score is attention that follows the tokens,
+as an induction head's must.
 """
 
 from __future__ import annotations
@@ -293,40 +297,50 @@ def in_context_loss(model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, b
 SOURCE_COLUMNS = ["layer", "head", "score", "shuffled"]
 
 
-def _source_mass(pattern: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mass on the source, row mass), each summed over scored rows and sequences: [head] float64.
+def _as_source_sets(sources: torch.Tensor) -> torch.Tensor:
+    """sources [n, R] or [n, R, S] -> [n, R, S] (one key per answer is a set of one)."""
+    return sources[..., None] if sources.ndim == 2 else sources
 
-    pattern [batch, head, T, T]; queries int64 [R] (query positions); sources int64 [batch, R]
-    (the key each query should read, -1 = row not scored).
+
+def _source_mass(pattern: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mass on the sources, row mass), each summed over scored rows and sequences: [head] float64.
+
+    pattern [batch, head, T, T]; queries int64 [R] (query positions); sources int64 [batch, R, S]
+    (the keys each query may read, -1 = none; a row with no source is not scored).
     """
     P = pattern.double()[:, :, queries.to(pattern.device)]  # [batch, head, R, T]
     sources = sources.to(pattern.device)
-    scored = (sources >= 0).to(P.dtype)[:, None, :]  # [batch, 1, R]
-    idx = sources.clamp_min(0)[:, None, :, None].expand(-1, P.shape[1], -1, 1)
-    on_source = P.gather(-1, idx)[..., 0]  # [batch, head, R]
-    return (on_source * scored).sum((0, 2)).cpu(), (P.sum(-1) * scored).sum((0, 2)).cpu()
+    valid = (sources >= 0).to(P.dtype)[:, None]  # [batch, 1, R, S]
+    scored = valid.amax(-1)  # [batch, 1, R]
+    idx = sources.clamp_min(0)[:, None].expand(-1, P.shape[1], -1, -1)  # [batch, head, R, S]
+    on_sources = (P.gather(-1, idx) * valid).sum(-1)  # [batch, head, R]
+    return (on_sources * scored).sum((0, 2)).cpu(), (P.sum(-1) * scored).sum((0, 2)).cpu()
 
 
 def source_chance(queries: torch.Tensor, sources: torch.Tensor, seq_len: int, causal: bool = True) -> dict[str, float]:
-    """Reference levels of the source score for the scored rows (sources >= 0).
+    """Reference levels of the source score over the scored rows (those with a source >= 0).
 
-    chance: uniform attention over the keys a query sees, 1/(q+1) causal or 1/seq_len
-        bidirectional, averaged over the scored rows.
-    positional: the best score attention that ignores content can reach with non-negative rows
-        (softmax): for each query position, all mass on its most frequent source position, i.e.
-        sum_q max_s count(q, s) / number of scored rows. A head above it must read the tokens.
+    sources [n, R] or [n, R, S] as for `source_attention_scores`.
+    chance: uniform attention over the keys a query sees, (number of sources)/(q+1) causal or
+        /seq_len bidirectional, averaged over the scored rows.
+    positional: the best score attention that ignores the tokens can reach with non-negative rows
+        (softmax): for each query position, all mass on the key that is a source in most rows,
+        i.e. sum_q max_k count(q, k) / number of scored rows.
     """
-    scored = sources >= 0
+    sources = _as_source_sets(sources)
+    valid = sources >= 0
+    scored = valid.any(-1)  # [n, R]
     rows = int(scored.sum())
     if rows == 0:
         return {"chance": math.nan, "positional": math.nan, "rows": 0}
-    q = queries[None, :].expand_as(sources)[scored].double()
-    chance = (1.0 / (q + 1)).mean().item() if causal else 1.0 / seq_len
+    q = queries[None, :].expand_as(scored)[scored].double()
+    n_sources = valid.sum(-1)[scored].double()
+    chance = (n_sources / (q + 1) if causal else n_sources / seq_len).mean().item()
     best = 0
     for r in range(sources.shape[1]):
-        col = sources[:, r][scored[:, r]]
-        if col.numel():
-            best += int(torch.bincount(col).max())
+        keys = sources[:, r][valid[:, r]]
+        if keys.numel():
+            best += int(torch.bincount(keys).max())
     return {"chance": chance, "positional": best / rows, "rows": rows}
 
 
@@ -334,25 +348,27 @@ def source_chance(queries: torch.Tensor, sources: torch.Tensor, seq_len: int, ca
 def source_attention_scores(
     model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
 ) -> pd.DataFrame:
-    """Per head, the attention mass each query puts on the key it should read, over the scored rows.
+    """Per head, the attention mass each query puts on the keys it should read, over the scored rows.
 
-        score = sum_{scored (row, q)} P[q, source]  /  sum_{scored (row, q)} sum_j P[q, j]
+        score = sum_{scored (row, q)} sum_{s in sources(row, q)} P[q, s]  /  sum_{scored (row, q)} sum_j P[q, j]
 
     pooled over every scored (sequence, query) pair; rows of our patterns sum to 1, so this is the
-    mean mass on the source (signed for shaped and MixiT patterns). 1 = the head always attends
-    exactly to the source.
+    mean mass on the sources (signed for shaped and MixiT patterns). 1 = the head always attends
+    only to the sources.
 
     `shuffled` is the same head's score against the sources of the previous sequence in `tokens`
     (the last row takes the first row's): the same query positions and the same distribution of
     source positions, but sources unrelated to the tokens the head sees. A head that attends by
     position alone (say, a few keys back from where x_i sits) scores as much there as on its own
-    sources; only attention that follows the tokens scores more on its own. NaN with one sequence.
+    sources (exactly as much if its pattern is the same for every input); only attention that
+    follows the tokens scores more on its own. NaN with one sequence.
 
     Args:
         model: a models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks.
         tokens: int64 [n, T] inputs (run without a padding mask).
         queries: int64 [R], the query positions scored in every row.
-        sources: int64 [n, R], the key position query r of row i should read, -1 where not scored.
+        sources: int64 [n, R] (one key per query) or [n, R, S] (S distinct keys that each hold
+            what the query needs), -1 = none; a query with no source is not scored.
         batch_size: sequences per forward pass.
 
     Returns:
@@ -360,19 +376,26 @@ def source_attention_scores(
         and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs".
     """
     check_positive_int("batch_size", batch_size)
-    if tokens.ndim != 2 or queries.ndim != 1 or sources.shape != (tokens.shape[0], queries.shape[0]):
+    if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
+            or sources.ndim not in (2, 3):
         raise ValueError(
-            f"need tokens [n, T], queries [R] and sources [n, R]; got {tuple(tokens.shape)}, "
+            f"need tokens [n, T], queries [R] and sources [n, R] or [n, R, S]; got {tuple(tokens.shape)}, "
             f"{tuple(queries.shape)} and {tuple(sources.shape)}"
         )
+    sources = _as_source_sets(sources)
     t = tokens.shape[1]
     if len(queries) and (int(queries.min()) < 0 or int(queries.max()) >= t):
         raise ValueError(f"query positions must lie in [0, {t})")
-    scored = sources >= 0
-    if not scored.any():
+    valid = sources >= 0
+    if not valid.any():
         raise ValueError("no scored rows: every source is -1")
+    if int(sources.max()) >= t:
+        raise ValueError(f"source positions must lie in [0, {t}) or be -1")
+    ordered = sources.masked_fill(~valid, -1).sort(-1).values
+    if ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any():
+        raise ValueError("a query lists the same source twice")
     causal = is_causal(model)
-    if causal and (sources > queries[None, :])[scored].any():
+    if causal and (sources > queries[None, :, None])[valid].any():
         raise ValueError("a source lies after its query, where a causal model cannot attend")
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     names = [pattern_hook(layer) for layer in range(n_layers)]
@@ -404,8 +427,8 @@ def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 2
     """Task-aligned induction scores: `source_attention_scores` at the task's own answer sources.
 
     `task` must define `answer_sources(tokens) -> (queries, sources)` (training.tasks.KHop does:
-    the position predicting y_i and the position holding its answer, -1 where y_i is null; with
-    one hop that is the token right after the previous occurrence of x_i). Unlike `head_scores`,
+    the position predicting y_i, and the two positions holding its answer, the letter in X and
+    its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
     which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the
     lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k).
     """

@@ -333,9 +333,23 @@ def _f5(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
 
 
 # Finding 6 on the task-aligned score (analysis.heads.task_induction_scores) of each variant's top head.
+# Why these thresholds:
+# * Above chance both ways: with long rows chance is tiny (~0.007 at length 96), so a ratio alone
+#   would accept a head putting 2% of its attention on the source; with short rows chance is large,
+#   so a margin alone would accept little more than uniform attention. 3x and +0.1 together ask for
+#   a visible share of the head's attention on the source at any length.
+# * Above the shuffled-source score by 0.1: attention at a typical offset beats chance without
+#   reading any token (at length 16, alphabet 6 the positional ceiling is 0.27, 3.6x chance, and a
+#   2-layer frozen_qk model's top head scores 0.163 on its own sources and 0.164 on other
+#   sequences'). An induction head's attention follows the tokens, so it scores clearly more on its
+#   own sources (a 3-layer frozen_qk model's lookup head: 0.86 against 0.14).
+# * Ablation costs >= 10 points: the head is used for the task, not only attending there.
+# * mixit < 2x chance: its patterns are fixed random matrices (I + zero-mean noise), whose expected
+#   mass on a source is about 0; 2x chance leaves room for the noise of the best of many heads while
+#   staying far below what a pattern favouring the source would reach.
 INDUCTION_MIN_RATIO = 3.0  # frozen_qk: score >= 3 x chance ...
 INDUCTION_MIN_MARGIN = 0.1  # ... and >= chance + 0.1, and >= its shuffled score + 0.1
-INDUCTION_MIN_DROP = 10.0  # frozen_qk: mean-ablating that head costs >= 10 points of accuracy
+INDUCTION_MIN_DROP = 10.0  # frozen_qk: ablating that head costs >= 10 points of accuracy
 INDUCTION_MAX_RATIO_MIXIT = 2.0  # mixit: top score < 2 x chance
 
 
@@ -439,8 +453,9 @@ TITLES = {
                       "Mean off-diagonal token covariance and cosine after the last layer (analysis.signal)."),
     "induction": ("Induction heads",
                   "task_*: on the k-hop eval inputs, the head with the most attention from each answer's query to "
-                  "the position holding the answer (non-null answers; analysis.heads.task_induction_scores), per "
-                  "variant the run where it is highest; task_shuffled is that head's attention on other sequences' "
+                  "the two positions holding the answer, its letter in the input and that letter's aligned position "
+                  "in the answer part (non-null answers; analysis.heads.task_induction_scores), per variant the "
+                  "run where it is highest; task_shuffled is that head's attention on other sequences' "
                   "sources (what position alone gives), task_chance attention spread evenly over the visible "
                   "keys, task_positional the most attention that ignores the tokens can get, ablation_drop the "
                   "accuracy (points) lost by mean-ablating the head. repeat_*: the TransformerLens-style induction "

@@ -290,7 +290,9 @@ def test_khop_answer_sources_point_at_the_answer():
     tokens = torch.cat([x, torch.full((2, 1), task.sep_id), task.hop_targets(x)], dim=1)
     queries, sources = task.answer_sources(tokens)
     assert queries.tolist() == [5, 6, 7, 8, 9]  # y_i is predicted at position N + i
-    assert torch.equal(sources, task.hop_sources(x))
+    # The answer's letter in X, and its aligned position N + s in the answer part.
+    assert sources[0].tolist() == [[-1, -1], [-1, -1], [-1, -1], [1, 6], [2, 7]]
+    assert torch.equal(sources[..., 0], task.hop_sources(x))
     with pytest.raises(ValueError, match="tokens must be"):
         task.answer_sources(x)
 
@@ -301,10 +303,14 @@ def test_khop_sources_hold_the_targets(params):
     tokens, mask = task.sample(50, gen(4))
     queries, sources = task.answer_sources(tokens)
     targets = tokens[:, queries + 1]  # the token each query predicts
-    has = sources >= 0
-    assert torch.equal(has, targets != task.null_id)
-    assert torch.equal(tokens.gather(1, sources.clamp_min(0))[has], targets[has])
-    assert (sources[has] < task.length).all() and mask[:, queries + 1].all()
+    letter, aligned = sources.unbind(-1)
+    has = letter >= 0
+    assert torch.equal(has, targets != task.null_id) and torch.equal(has, aligned >= 0)
+    assert torch.equal(tokens.gather(1, letter.clamp_min(0))[has], targets[has])
+    assert (letter[has] < task.length).all() and mask[:, queries + 1].all()
+    # The aligned position is the query of y_s (it predicts the answer for the letter's position),
+    # always visible from the query of y_i.
+    assert torch.equal(aligned[has], queries[letter[has]]) and (aligned <= queries).all()
 
 
 def test_khop_defaults_are_informative():

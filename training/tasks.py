@@ -492,19 +492,25 @@ class KHop(Task):
         return torch.where(src >= 0, x.gather(1, src.clamp_min(0)), self.null_id)
 
     def answer_sources(self, tokens: torch.Tensor, hops: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Where each answer is read from: (queries int64 [N], sources int64 [n, N]) for rows tokens [n, seq_len].
+        """Where each answer can be read from: (queries int64 [N], sources int64 [n, N, 2]) for rows [n, seq_len].
 
-        queries[i] = N + i is the position that predicts y_i (it holds `|` or y_{i-1});
-        sources[r, i] = find^hops(i) is the position in row r holding the answer y_i (X sits at
-        positions 0..N-1 of a row, so positions in X are positions in the row), or -1 where y_i is
-        null. `hops` defaults to the task's k: the source of the last hop, the position the answer
-        is copied from. Only with hops = 1 is that an induction lookup made in one step; a model
-        solving k > 1 hops may reach it through intermediate positions instead of attending to it.
+        queries[i] = N + i is the position that predicts y_i (it holds `|` or y_{i-1}). The answer
+        is the letter x_s at s = find^hops(i) (`hop_sources`), and two positions carry it:
+
+            sources[r, i, 0] = s        the letter itself in X (X sits at positions 0..N-1 of a row);
+            sources[r, i, 1] = N + s    its aligned position in the answer part, the one that predicts
+                                        y_s: to answer y_s a model must bring x_s there, so an
+                                        induction lookup can read x_s at either place.
+
+        Both are -1 where y_i is null; N + s <= N + i, so a causal query sees both. `hops` defaults
+        to the task's k, so s is the last hop's landing position; only with hops = 1 is reading it
+        a single induction lookup (a model solving k > 1 hops may get there through other positions).
         """
         if tokens.ndim != 2 or tokens.shape[1] != self.seq_len:
             raise ValueError(f"{self.name}: tokens must be [n, {self.seq_len}]; got {tuple(tokens.shape)}")
         queries = torch.arange(self.length, 2 * self.length)
-        return queries, self.hop_sources(tokens[:, : self.length].cpu(), hops)
+        src = self.hop_sources(tokens[:, : self.length].cpu(), hops)
+        return queries, torch.stack([src, torch.where(src >= 0, src + self.length, -1)], dim=-1)
 
     def _sample(self, n: int, g: torch.Generator) -> Batch:
         first = torch.randint(0, self.alphabet, (n, 1), generator=g)
