@@ -268,7 +268,7 @@ def _task_induction_summary(scores, ablation_df, method: str, task_name: str) ->
         ablated = {
             "method": method,
             "accuracy": float(row["accuracy"]),
-            "accuracy_drop": -float(row["delta_accuracy"]),
+            "accuracy_drop": 0.0 - float(row["delta_accuracy"]),  # not -x: no "-0.0" in the JSON
             "delta_loss": float(row["delta_loss"]),
         }
     return {
