@@ -15,8 +15,9 @@ checkpoint directory from `save_pretrained`) this writes a directory holding
     ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
                          class loss and accuracy for classifiers)
     task_induction.csv   analysis.heads.task_induction_scores on the same eval rows (khop runs only):
-                         per head, the attention mass on the position holding each answer; the
-                         summary adds chance, and the ablation result of the top head
+                         per head, the attention mass on the positions holding each answer and a
+                         shuffled-source control; the summary adds chance, the positional ceiling
+                         and the head-ablation result of the top head
 
 into RUN/analysis/ (or CHECKPOINT/analysis/ for a bare checkpoint), or into DIR/NAME/ with
 --out DIR (NAME = the run or checkpoint directory's name; DIR/summary.csv then has one row per
