@@ -14,6 +14,10 @@ checkpoint directory from `save_pretrained`) this writes a directory holding
     memory.csv           analysis.memory.memorized_bits (memorize task only)
     ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
                          class loss and accuracy for classifiers)
+    task_induction.csv   analysis.heads.task_induction_scores on the same eval rows (khop runs only):
+                         per head, the attention mass on the positions holding each answer and a
+                         shuffled-source control; the summary adds chance, the positional ceiling
+                         and the head-ablation result of the top head
 
 into RUN/analysis/ (or CHECKPOINT/analysis/ for a bare checkpoint), or into DIR/NAME/ with
 --out DIR (NAME = the run or checkpoint directory's name; DIR/summary.csv then has one row per
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "mixit-lab/analysis"
-ANALYSIS_VERSION = 2  # bump when a definition changes, so cached results are recomputed
+ANALYSIS_VERSION = 3  # bump when a definition changes, so cached results are recomputed
 ANALYSIS_FILE = "analysis.json"
 ANALYSIS_SUBDIR = "analysis"
 
@@ -213,6 +217,14 @@ def analyze_checkpoint(
             "top": df.head(3)[["layer", "head", "delta_loss", "delta_accuracy"]].to_dict("records"),
         }
 
+    if task is not None and hasattr(task, "answer_sources"):
+        tokens = task.eval_set(min(options["eval_samples"], task.default_eval_size))[0]
+        df = heads.task_induction_scores(model, task, tokens)
+        tables["task_induction"] = df
+        summary["task_induction"] = _task_induction_summary(df, tables.get("ablation"), options["ablation"], task.name)
+    else:
+        skipped["task_induction"] = task_note or f"task-aligned induction applies to the khop task, not {task.name!r}"
+
     info = ref.run_info()
     result = {
         "format": FORMAT,
@@ -237,6 +249,38 @@ def analyze_checkpoint(
             df.to_csv(tmp / f"{name}.csv", index=False)
         write_json(tmp / ANALYSIS_FILE, _jsonable(result))
     return "computed", _jsonable(result)
+
+
+def _task_induction_summary(scores, ablation_df, method: str, task_name: str) -> dict[str, Any]:
+    """The head with the highest task-aligned induction score, its reference levels, and what ablating it costs.
+
+    `top` holds the head's layer, head, score and shuffled score (its mass on other sequences'
+    sources: what position alone explains); chance and positional are the task's reference levels.
+
+    The ablation comes from the head-ablation table (computed on the same eval rows): accuracy
+    with that head ablated and `accuracy_drop` = intact minus ablated accuracy (fractions; positive
+    = the head is needed). None when ablation was switched off (--ablation none).
+    """
+    top = _head(scores, "score")
+    top["shuffled"] = float(scores.loc[scores["score"].idxmax(), "shuffled"])
+    ablated = None
+    if ablation_df is not None:
+        row = ablation_df[(ablation_df["layer"] == top["layer"]) & (ablation_df["head"] == top["head"])].iloc[0]
+        ablated = {
+            "method": method,
+            "accuracy": float(row["accuracy"]),
+            "accuracy_drop": 0.0 - float(row["delta_accuracy"]),  # not -x: no "-0.0" in the JSON
+            "delta_loss": float(row["delta_loss"]),
+        }
+    return {
+        "inputs": f"first {scores.attrs['n_seqs']} rows of the {task_name} eval set",
+        "hops": scores.attrs.get("hops"),
+        "rows": scores.attrs["rows"],
+        "top": top,
+        "chance": scores.attrs["chance"],
+        "positional": scores.attrs["positional"],
+        "ablation": ablated,
+    }
 
 
 def _loss_table(loss_by_target: list[float], seq_len: int):
@@ -273,6 +317,8 @@ def _jsonable(value: Any) -> Any:
 def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[str, Any]:
     s = result["summary"]
     top = s.get("heads", {}).get("top_induction")
+    aligned = s.get("task_induction") or {}
+    aligned_top, aligned_ablation = aligned.get("top"), aligned.get("ablation") or {}
     ablated = (s.get("ablation", {}).get("top") or [None])[0]
     return {
         "checkpoint": name,
@@ -282,6 +328,10 @@ def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[st
         "top_induction": top["score"] if top else None,
         "top_induction_head": f"L{top['layer']}H{top['head']}" if top else None,
         "in_context_drop": s.get("heads", {}).get("in_context_drop"),
+        "task_induction": aligned_top["score"] if aligned_top else None,
+        "task_induction_head": f"L{aligned_top['layer']}H{aligned_top['head']}" if aligned_top else None,
+        "task_induction_chance": aligned.get("chance"),
+        "task_induction_ablation_drop": aligned_ablation.get("accuracy_drop"),
         "bits_per_trainable_param": s.get("memory", {}).get("bits_per_trainable_param"),
         "accuracy": s.get("ablation", {}).get("baseline_accuracy"),
         "most_needed_head": f"L{ablated['layer']}H{ablated['head']}" if ablated else None,
@@ -327,7 +377,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     table = pd.DataFrame(rows)
     if args.out is not None:
         table.to_csv(args.out / "summary.csv", index=False)
-    columns = ["checkpoint", "variant", "task", "top_induction", "in_context_drop", "bits_per_trainable_param",
+    columns = ["checkpoint", "variant", "task", "top_induction", "task_induction", "in_context_drop", "bits_per_trainable_param",
                "accuracy", "most_needed_head"]
     print(table[columns].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.4g}"))
     return 0

@@ -1,9 +1,12 @@
 """What each attention head does: induction, previous-token, duplicate-token, current-token, first-token
-(sink) and copying scores, on repeated random sequences [r, r].
+(sink) and copying scores, on repeated random sequences [r, r]; and a task-aligned induction score
+on a task's own inputs.
 
-    from analysis.heads import head_scores
+    from analysis.heads import head_scores, task_induction_scores
     df = head_scores(model)                 # one row per (layer, head)
     df.attrs["in_context_drop"]             # first-half minus second-half loss, nats per token
+    tokens, _ = task.eval_set(512)          # task = get_task("khop", hops=1, ...)
+    aligned = task_induction_scores(model, task, tokens)   # layer, head, score; attrs: chance, positional
 
 Attention scores (`SCORES`). Each is the attention mass a head puts on its target keys, averaged over
 the query rows where the behaviour is defined ("scored rows"), then over sequences. For one
@@ -43,6 +46,22 @@ has no unembedding.
 
 Labels (`label_heads`): the first of induction, previous-token, duplicate-token, sink,
 current-token whose score reaches its threshold in `LABEL_THRESHOLDS`, else "none".
+
+Task-aligned induction (`task_induction_scores`, `source_attention_scores`). Models trained on
+k-hop never see [r, r], so the scores above say little about them. Instead, on the task's eval
+inputs, each answer y_i has a query position q = N + i (the position that predicts it) and a
+source: the letter x_s holding the answer (for one hop, the token right after the previous
+occurrence of x_i) at position s, and its aligned position N + s in the answer part, which
+predicts y_s and so must gather x_s (`KHop.answer_sources`). An induction lookup can read the
+answer at either: a trained 3-layer frozen_qk model's lookup head puts 0.75 of its attention on
+N + s and 0.10 on s. A head's score is its attention mass on the two, pooled over the (sequence, i)
+pairs whose target is not null. Chance is uniform attention over the keys q sees, 2/(q+1),
+averaged over the same pairs; "positional" is the most that attention ignoring the tokens
+(non-negative rows) can score, which a head can approach by attending at a typical offset.
+Because a head can score well above chance by position alone, each head also gets a "shuffled"
+score: its mass on the sources of another sequence (same position statistics, unrelated
+content). The part of the score above the shuffled score is attention that follows the tokens,
+as an induction head's must.
 """
 
 from __future__ import annotations
@@ -271,4 +290,151 @@ def in_context_loss(model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, b
     half = ["first" if t < seq_len else "boundary" if t == seq_len else "second" for t in position.tolist()]
     df = pd.DataFrame({"position": position.numpy(), "half": half, "loss": loss.numpy()})
     df.attrs.update(_loss_attrs(loss, seq_len))
+    return df
+
+
+# --------------------------------------------------------------------------- task-aligned induction
+SOURCE_COLUMNS = ["layer", "head", "score", "shuffled"]
+
+
+def _as_source_sets(sources: torch.Tensor) -> torch.Tensor:
+    """sources [n, R] or [n, R, S] -> [n, R, S] (one key per answer is a set of one)."""
+    return sources[..., None] if sources.ndim == 2 else sources
+
+
+def _source_mass(pattern: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mass on the sources, row mass), each summed over scored rows and sequences: [head] float64.
+
+    pattern [batch, head, T, T]; queries int64 [R] (query positions); sources int64 [batch, R, S]
+    (the keys each query may read, -1 = none; a row with no source is not scored).
+    """
+    P = pattern.double()[:, :, queries.to(pattern.device)]  # [batch, head, R, T]
+    sources = sources.to(pattern.device)
+    valid = (sources >= 0).to(P.dtype)[:, None]  # [batch, 1, R, S]
+    scored = valid.amax(-1)  # [batch, 1, R]
+    idx = sources.clamp_min(0)[:, None].expand(-1, P.shape[1], -1, -1)  # [batch, head, R, S]
+    on_sources = (P.gather(-1, idx) * valid).sum(-1)  # [batch, head, R]
+    return (on_sources * scored).sum((0, 2)).cpu(), (P.sum(-1) * scored).sum((0, 2)).cpu()
+
+
+def source_chance(queries: torch.Tensor, sources: torch.Tensor, seq_len: int, causal: bool = True) -> dict[str, float]:
+    """Reference levels of the source score over the scored rows (those with a source >= 0).
+
+    sources [n, R] or [n, R, S] as for `source_attention_scores`.
+    chance: uniform attention over the keys a query sees, (number of sources)/(q+1) causal or
+        /seq_len bidirectional, averaged over the scored rows.
+    positional: the best score attention that ignores the tokens can reach with non-negative rows
+        (softmax): for each query position, all mass on the key that is a source in most rows,
+        i.e. sum_q max_k count(q, k) / number of scored rows.
+    """
+    sources = _as_source_sets(sources)
+    valid = sources >= 0
+    scored = valid.any(-1)  # [n, R]
+    rows = int(scored.sum())
+    if rows == 0:
+        return {"chance": math.nan, "positional": math.nan, "rows": 0}
+    q = queries[None, :].expand_as(scored)[scored].double()
+    n_sources = valid.sum(-1)[scored].double()
+    chance = (n_sources / (q + 1) if causal else n_sources / seq_len).mean().item()
+    best = 0
+    for r in range(sources.shape[1]):
+        keys = sources[:, r][valid[:, r]]
+        if keys.numel():
+            best += int(torch.bincount(keys).max())
+    return {"chance": chance, "positional": best / rows, "rows": rows}
+
+
+@torch.no_grad()
+def source_attention_scores(
+    model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
+) -> pd.DataFrame:
+    """Per head, the attention mass each query puts on the keys it should read, over the scored rows.
+
+        score = sum_{scored (row, q)} sum_{s in sources(row, q)} P[q, s]  /  sum_{scored (row, q)} sum_j P[q, j]
+
+    pooled over every scored (sequence, query) pair; rows of our patterns sum to 1, so this is the
+    mean mass on the sources (signed for shaped and MixiT patterns). 1 = the head always attends
+    only to the sources.
+
+    `shuffled` is the same head's score against the sources of the previous sequence in `tokens`
+    (the last row takes the first row's): the same query positions and the same distribution of
+    source positions, but sources unrelated to the tokens the head sees. A head that attends by
+    position alone (say, a few keys back from where x_i sits) scores as much there as on its own
+    sources (exactly as much if its pattern is the same for every input); only attention that
+    follows the tokens scores more on its own. NaN with one sequence.
+
+    Args:
+        model: a models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks.
+        tokens: int64 [n, T] inputs (run without a padding mask).
+        queries: int64 [R], the query positions scored in every row.
+        sources: int64 [n, R] (one key per query) or [n, R, S] (S distinct keys that each hold
+            what the query needs), -1 = none; a query with no source is not scored.
+        batch_size: sequences per forward pass.
+
+    Returns:
+        DataFrame with one row per (layer, head): layer, head, score, shuffled. `attrs`: "chance"
+        and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs".
+    """
+    check_positive_int("batch_size", batch_size)
+    if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
+            or sources.ndim not in (2, 3):
+        raise ValueError(
+            f"need tokens [n, T], queries [R] and sources [n, R] or [n, R, S]; got {tuple(tokens.shape)}, "
+            f"{tuple(queries.shape)} and {tuple(sources.shape)}"
+        )
+    sources = _as_source_sets(sources)
+    t = tokens.shape[1]
+    if len(queries) and (int(queries.min()) < 0 or int(queries.max()) >= t):
+        raise ValueError(f"query positions must lie in [0, {t})")
+    valid = sources >= 0
+    if not valid.any():
+        raise ValueError("no scored rows: every source is -1")
+    if int(sources.max()) >= t:
+        raise ValueError(f"source positions must lie in [0, {t}) or be -1")
+    ordered = sources.masked_fill(~valid, -1).sort(-1).values
+    if ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any():
+        raise ValueError("a query lists the same source twice")
+    causal = is_causal(model)
+    if causal and (sources > queries[None, :, None])[valid].any():
+        raise ValueError("a source lies after its query, where a causal model cannot attend")
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    names = [pattern_hook(layer) for layer in range(n_layers)]
+    others = sources.roll(1, dims=0)  # row i gets row i - 1's sources
+    # [own, shuffled] x [mass on the source, row mass], summed over scored rows: [2, 2, layer, head].
+    sums = torch.zeros(2, 2, n_layers, n_heads, dtype=torch.float64)
+    start = 0
+    for tb, _, cache in cached_batches(model, tokens, names, batch_size):
+        part = slice(start, start + tb.shape[0])
+        start += tb.shape[0]
+        for layer, name in enumerate(names):
+            for k, src in enumerate((sources[part], others[part])):
+                hit, mass = _source_mass(cache[name], queries, src)
+                sums[k, 0, layer] += hit
+                sums[k, 1, layer] += mass
+    score, shuffled = sums[0, 0] / sums[0, 1], sums[1, 0] / sums[1, 1]
+    if tokens.shape[0] < 2:
+        shuffled = torch.full_like(shuffled, math.nan)
+    df = pd.DataFrame(
+        [{"layer": layer, "head": head, "score": float(score[layer, head]), "shuffled": float(shuffled[layer, head])}
+         for layer in range(n_layers) for head in range(n_heads)],
+        columns=SOURCE_COLUMNS,
+    )
+    df.attrs.update({**source_chance(queries, sources, t, causal), "n_seqs": int(tokens.shape[0])})
+    return df
+
+
+def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 256) -> pd.DataFrame:
+    """Task-aligned induction scores: `source_attention_scores` at the task's own answer sources.
+
+    `task` must define `answer_sources(tokens) -> (queries, sources)` (training.tasks.KHop does:
+    the position predicting y_i, and the two positions holding its answer, the letter in X and
+    its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
+    which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the
+    lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k).
+    """
+    if not hasattr(task, "answer_sources"):
+        raise ValueError(f"task {getattr(task, 'name', task)!r} defines no answer sources (answer_sources)")
+    queries, sources = task.answer_sources(tokens)
+    df = source_attention_scores(model, tokens, queries, sources, batch_size)
+    df.attrs["hops"] = getattr(task, "hops", None)
     return df

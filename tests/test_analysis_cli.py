@@ -41,7 +41,7 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
     meta = json.loads((folder / "analysis.json").read_text())
     assert meta["checkpoint_sha256"] == checkpoint_hash(run / "checkpoint")
     assert meta["computed"] == ["heads", "in_context_loss", "attention", "signal", "ablation"]
-    assert set(meta["skipped"]) == {"memory"} and "retrieval" in meta["skipped"]["memory"]
+    assert set(meta["skipped"]) == {"memory", "task_induction"} and "retrieval" in meta["skipped"]["memory"]
     assert meta["task"]["name"] == "retrieval" and meta["model"]["variant"] == "standard"
     assert sorted(p.name for p in folder.iterdir()) == sorted(["analysis.json", *meta["tables"].values()])
     heads = pd.read_csv(folder / "heads.csv")
@@ -54,6 +54,41 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
     assert sorted(ablation["rank"]) == [1, 2, 3, 4] and meta["summary"]["ablation"]["examples"] == 32
     assert len(pd.read_csv(folder / "attention.csv")) == 4
     assert len(pd.read_csv(folder / "in_context_loss.csv")) == 13
+
+
+def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_path, capsys):
+    from analysis.ablation import ablate_heads
+    from training.tasks import get_task
+
+    params = {"hops": 1, "length": 8, "alphabet": 4}
+    run = tiny_run(tmp_path / "khop", "khop", params, steps=6)
+    code, out, err = run_cli(["analyze", str(run), *SMALL], capsys)
+    assert code == 0, err
+    folder = run / "analysis"
+    meta = json.loads((folder / "analysis.json").read_text())
+    assert meta["computed"][-2:] == ["ablation", "task_induction"] and "task_induction" not in meta["skipped"]
+    scores = pd.read_csv(folder / "task_induction.csv")
+    assert list(scores.columns) == ["layer", "head", "score", "shuffled"] and len(scores) == 4
+    aligned = meta["summary"]["task_induction"]
+    top = aligned["top"]
+    best = scores.loc[scores["score"].idxmax()]
+    assert (top["layer"], top["head"]) == (best["layer"], best["head"]) and top["score"] == pytest.approx(best["score"])
+    assert top["shuffled"] == pytest.approx(best["shuffled"])
+    assert aligned["hops"] == 1 and 0 < aligned["chance"] < aligned["positional"] <= 1 and aligned["rows"] > 0
+    # The drop is that head's mean ablation on the same 32 eval rows: intact minus ablated accuracy.
+    model, task = load_model(run), get_task("khop", **params)
+    tokens, mask = task.eval_set(32)
+    ablated = ablate_heads(model, tokens, mask, task.metric, [(top["layer"], top["head"])], method="mean")
+    baseline = meta["summary"]["ablation"]["baseline_accuracy"]
+    assert aligned["ablation"]["method"] == "mean"
+    assert aligned["ablation"]["accuracy"] == pytest.approx(ablated["accuracy"])
+    assert aligned["ablation"]["accuracy_drop"] == pytest.approx(baseline - ablated["accuracy"])
+    # Without head ablation the score is still computed, with no ablation result.
+    code, _, err = run_cli(["analyze", str(run), *SMALL, "--ablation", "none"], capsys)
+    assert code == 0, err
+    meta = json.loads((folder / "analysis.json").read_text())
+    assert meta["summary"]["task_induction"]["ablation"] is None
+    assert meta["summary"]["task_induction"]["top"] == top
 
 
 def test_analysis_is_cached_until_the_checkpoint_changes(tmp_path, capsys, monkeypatch):

@@ -4,8 +4,12 @@ import pytest
 import torch
 from transformer_lens import head_detector as hd
 
-from analysis.heads import SCORES, copying_scores, head_scores, in_context_loss, repeated_tokens
+from analysis.heads import (
+    SCORES, copying_scores, head_scores, in_context_loss, repeated_tokens, source_attention_scores, source_chance,
+    task_induction_scores,
+)
 from models import ModelConfig, build_model
+from training.tasks import get_task
 
 
 def induction_model(d_vocab: int = 32, n_ctx: int = 64):
@@ -197,3 +201,136 @@ def test_head_scores_validates_inputs():
         head_scores(model, n_seqs=0, seq_len=4)
     df = head_scores(model, n_seqs=2, seq_len=8)
     assert list(df.columns) == ["layer", "head", *SCORES, "copying", "label"] and len(df) == 2 * 4
+
+
+# --------------------------------------------------------------------------- task-aligned induction
+def _khop_model(task, variant="standard", n_heads=4, **kw):
+    cfg = ModelConfig(variant=variant, d_model=8 * n_heads, n_layers=2, n_heads=n_heads, n_ctx=task.seq_len,
+                      d_vocab=task.d_vocab, seed=0, **kw)
+    return build_model(cfg)
+
+
+def _forced_patterns(tokens, task, t):
+    """[n, 5, T, T] patterns for the answer rows; other rows attend uniformly (causal).
+
+    head 0 one-hot on each answer's letter s in X; head 1 uniform; head 2 one-hot on the aligned
+    position N + s; head 3 by position alone: each query on the letter position most common for
+    it in this set, whatever the tokens; head 4 one-hot on s - 1 (a near miss).
+    """
+    queries, sources = task.answer_sources(tokens)
+    letter, aligned = sources.unbind(-1)
+    uniform = torch.ones(t, t).tril()
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    P = uniform.expand(tokens.shape[0], 5, t, t).clone()
+    for col, q in enumerate(queries.tolist()):
+        seen = letter[:, col][letter[:, col] >= 0]
+        if seen.numel():  # y_0 is always null
+            P[:, 3, q] = torch.eye(t)[int(torch.bincount(seen).argmax())]
+    for row, col in zip(*torch.nonzero(letter >= 0, as_tuple=True)):
+        q, s, a = queries[col], letter[row, col], aligned[row, col]
+        P[row, 0, q] = torch.eye(t)[s]
+        P[row, 2, q] = torch.eye(t)[a]
+        P[row, 4, q] = torch.eye(t)[s - 1]
+    return P
+
+
+def test_source_score_is_one_on_the_source_and_chance_when_uniform():
+    # A hook replaces layer 1's patterns with the hand-made ones of `_forced_patterns`.
+    task = get_task("khop", hops=1, length=10, alphabet=3)
+    tokens, _ = task.eval_set(200)
+    model = _khop_model(task, n_heads=5)
+    forced = _forced_patterns(tokens, task, task.seq_len)
+
+    def force(pattern, hook):
+        return forced.to(pattern.dtype)
+
+    with model.hooks(fwd_hooks=[("blocks.1.attn.hook_pattern", force)]):
+        df = task_induction_scores(model, task, tokens, batch_size=256).set_index(["layer", "head"])
+    assert list(df.reset_index().columns) == ["layer", "head", "score", "shuffled"]
+    queries, sources = task.answer_sources(tokens)
+    scored = sources[..., 0] >= 0
+    # Uniform attention over the q + 1 visible keys puts 2 / (q + 1) on the two positions holding the answer.
+    expected_chance = (2.0 / (queries[None, :].expand_as(scored)[scored] + 1).double()).mean().item()
+    assert df.attrs["chance"] == pytest.approx(expected_chance)
+    assert df.attrs["rows"] == int(scored.sum()) and df.attrs["hops"] == 1 and df.attrs["n_seqs"] == 200
+    assert df.loc[(1, 0), "score"] == pytest.approx(1.0)  # reading the letter in X ...
+    assert df.loc[(1, 2), "score"] == pytest.approx(1.0)  # ... or its aligned position both count
+    assert df.loc[(1, 1), "score"] == pytest.approx(expected_chance)
+    assert df.loc[(1, 4), "score"] == pytest.approx(0.0)  # one key off scores nothing
+    assert 0.0 <= df.attrs["chance"] < df.attrs["positional"] < 0.9
+    # Reading by position alone reaches the positional level, far above chance, and scores as much
+    # on another sequence's sources; reading the tokens does not carry over to other sequences.
+    assert df.loc[(1, 3), "score"] == pytest.approx(df.attrs["positional"])
+    assert df.loc[(1, 3), "score"] > 3 * df.attrs["chance"]
+    assert df.loc[(1, 3), "shuffled"] == pytest.approx(df.loc[(1, 3), "score"], abs=0.05)
+    for head in (0, 2):
+        assert df.loc[(1, head), "shuffled"] < df.attrs["positional"] + 0.05
+    assert df.loc[(1, 1), "shuffled"] == pytest.approx(expected_chance, abs=0.01)
+
+
+def test_source_scores_do_not_depend_on_batching():
+    task = get_task("khop", hops=1, length=10, alphabet=3)
+    tokens, _ = task.eval_set(24)
+    model = _khop_model(task, init_std=0.5)  # far from uniform attention
+    whole = task_induction_scores(model, task, tokens, batch_size=64)
+    parts = task_induction_scores(model, task, tokens, batch_size=5)
+    for column in ("score", "shuffled"):
+        assert parts[column].tolist() == pytest.approx(whole[column].tolist())
+    assert task_induction_scores(model, task, tokens[:1])["shuffled"].isna().all()  # no other sequence
+
+
+def test_source_score_counts_only_non_null_targets():
+    # Rows whose answer is null carry no source: putting all attention there must not move the score.
+    t = 6
+    tokens = torch.zeros(2, t, dtype=torch.long)
+    queries = torch.tensor([3, 4, 5])
+    sources = torch.tensor([[1, -1, 2], [-1, -1, 4]])
+    model = build_model(ModelConfig(d_model=16, n_layers=1, n_heads=1, n_ctx=t, d_vocab=5))
+    pattern = torch.zeros(2, 1, t, t)
+    pattern[:, :, :, 0] = 1  # every row on key 0 ...
+    pattern[0, 0, 3], pattern[0, 0, 5], pattern[1, 0, 5] = torch.eye(t)[1], torch.eye(t)[2], torch.eye(t)[4]
+    with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: pattern.to(p.dtype))]):
+        df = source_attention_scores(model, tokens, queries, sources)
+    assert df["score"].item() == pytest.approx(1.0)  # ... except the scored rows, which hit their sources
+    levels = source_chance(queries, sources, t)
+    assert levels["rows"] == 3 and levels["chance"] == pytest.approx((1 / 4 + 1 / 6 + 1 / 6) / 3)
+    # Content-free best: query 3 always reads key 1 (1 row); query 5 reads key 2 or 4 (1 of its 2 rows).
+    assert levels["positional"] == pytest.approx(2 / 3)
+    assert source_chance(queries, sources, t, causal=False)["chance"] == pytest.approx(1 / t)
+    # Two sources per query: the mass on either counts, once.
+    pairs = torch.stack([sources, torch.where(sources >= 0, 0, -1)], dim=-1)  # add key 0 where scored
+    with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: pattern.to(p.dtype))]):
+        assert source_attention_scores(model, tokens, queries, pairs)["score"].item() == pytest.approx(1.0)
+    levels = source_chance(queries, pairs, t)
+    assert levels["chance"] == pytest.approx(2 * (1 / 4 + 1 / 6 + 1 / 6) / 3)
+    assert levels["positional"] == pytest.approx(1.0)  # key 0 is a source of every scored row
+
+
+def test_source_scores_reject_bad_inputs():
+    task = get_task("khop", hops=1, length=6, alphabet=3)
+    model = _khop_model(task)
+    tokens, _ = task.eval_set(4)
+    queries, sources = task.answer_sources(tokens)
+    with pytest.raises(ValueError, match="sources \\[n, R\\] or \\[n, R, S\\]"):
+        source_attention_scores(model, tokens, queries, sources[:, :3])
+    with pytest.raises(ValueError, match="same source twice"):
+        source_attention_scores(model, tokens, queries, sources[..., [0, 0]])
+    late = torch.full_like(sources[..., 0], task.seq_len - 1)
+    with pytest.raises(ValueError, match="after its query"):
+        source_attention_scores(model, tokens, queries, late)
+    with pytest.raises(ValueError, match="must lie in"):
+        source_attention_scores(model, tokens, queries, late + 1)
+    with pytest.raises(ValueError, match="no scored rows"):
+        source_attention_scores(model, tokens, queries, torch.full_like(sources, -1))
+    with pytest.raises(ValueError, match="answer_sources"):
+        task_induction_scores(model, get_task("addition", digits=1), tokens)
+
+
+def test_untrained_and_mixit_models_score_near_chance_on_khop():
+    task = get_task("khop", hops=1, length=16, alphabet=6)
+    tokens, _ = task.eval_set(64)
+    for variant in ("standard", "mixit"):
+        df = task_induction_scores(_khop_model(task, variant), task, tokens)
+        chance = df.attrs["chance"]
+        assert 0.06 < chance < 0.1  # two keys among 17..32 visible ones
+        assert df["score"].max() < 2 * chance, variant  # nothing reads the source before training

@@ -14,7 +14,7 @@ import pytest
 from reproduce.pipeline import (
     TextChoice, check_not_stale, choose_text, load_preset, preset_names, preset_runs,
 )
-from reproduce.report import build_tables, check_findings, corpus_line
+from reproduce.report import INDUCTION_COLUMNS, build_tables, check_findings, corpus_line
 from training import TrainConfig
 
 from conftest import ROOT
@@ -162,6 +162,195 @@ def test_report_names_the_corpus_of_each_text_table():
     assert corpus_line(manifest, "lm", "Corpus") == "**Corpus**: ../shared/data/wikitext-2/valid.txt (WikiText-2)."
     assert corpus_line(manifest, "sentiment", "Sentiment rows") == "**Sentiment rows**: none; skipped: no corpus given."
     assert corpus_line({}, "lm", "Corpus") == "**Corpus**: none (this preset has no lm study)."
+
+
+def _finding(tables, number):
+    found = check_findings(_tables(**tables))[number - 1]
+    assert found["id"] == number
+    return found
+
+
+def _not_measured(found):
+    return found["holds"] is None and "not measured" in found["ours"]
+
+
+def test_algorithmic_tasks_verdict():
+    def table(gaps, sentiment=(80.0, 78.0)):
+        rows = [{"task": f"{task}(x=1)", "variant": v, "accuracy": a}
+                for task, gap in gaps.items() for v, a in (("standard", 100.0), ("mixit", 100.0 - gap))]
+        if sentiment is not None:
+            rows += [{"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a}
+                     for v, a in zip(("standard", "mixit"), sentiment)]
+        return {"table3_tasks": pd.DataFrame(rows, columns=["task", "variant", "accuracy"])}
+
+    close = {"addition": 2.0, "dyck": 5.0, "modadd": 0.0, "memorize": 1.0}
+    assert _finding(table(close), 3)["holds"] is True
+    assert _finding(table({**close, "dyck": 6.0}), 3)["holds"] is False
+    assert _finding(table(close, sentiment=(80.0, 74.0)), 3)["holds"] is False
+    # Only what was measured counts; nothing measured is "not measured".
+    partial = _finding(table({"addition": 0.0}, sentiment=None), 3)
+    assert partial["holds"] is True and "dyck not measured" in partial["ours"]
+    assert _not_measured(_finding({}, 3))
+    assert _not_measured(_finding(table({}, sentiment=None), 3))
+
+
+# Memorization: per (variant, n) accuracy and bits; bits per trainable parameter from a fixed parameter count.
+PARAMS = {"standard": 1000, "frozen_qk": 800, "mixit": 700, "frozen_mlp": 400}
+PAPER_BPP = {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13}
+
+
+def _memorize_tables(bpp=PAPER_BPP, accuracy=0.6, growth=0.05, override=None):
+    """Two dataset sizes (n = 48, 96) per variant: the largest stores bpp * params bits at `accuracy`, the
+    next smaller (1 - growth) times as many. `override` {(variant, n): {column: value}} edits rows."""
+    rows = []
+    for v, params in PARAMS.items():
+        top = bpp[v] * params
+        for n, bits, acc in ((48, top * (1 - growth), 0.9), (96, top, accuracy)):
+            row = {"variant": v, "n": n, "d": 2, "seed": 0, "accuracy": acc, "bits": bits, "params_trainable": params,
+                   "bits_per_trainable_param": bits / params}
+            row.update((override or {}).get((v, n), {}))
+            rows.append(row)
+    sizes = pd.DataFrame(rows)
+    best = sizes.loc[sizes.groupby("variant")["bits"].idxmax()]
+    summary = pd.DataFrame({"variant": best["variant"], "bits_per_trainable_param": best["bits_per_trainable_param"],
+                            "seeds": 1, "at_n": best["n"]})
+    return {"table4_memorize": summary, "table4_memorize_sizes": sizes}
+
+
+def test_memorization_verdict_at_capacity():
+    assert _finding(_memorize_tables(), 4)["holds"] is True
+    assert "bits/param 2.98 / 2.25 / 2.18 / 1.13" in _finding(_memorize_tables(), 4)["ours"]
+    for wrong in ({**PAPER_BPP, "standard": 2.0},  # standard below frozen_qk
+                  {**PAPER_BPP, "frozen_mlp": 2.5},  # frozen_mlp above mixit
+                  {**PAPER_BPP, "frozen_qk": 2.8}):  # frozen_qk and mixit more than 25% apart
+        assert _finding(_memorize_tables(bpp=wrong), 4)["holds"] is False, wrong
+
+
+def test_memorization_is_not_measured_below_capacity():
+    # The paper's ordering, but standard stores the whole largest set: its bits are only a lower bound.
+    full = _finding(_memorize_tables(override={("standard", 96): {"accuracy": 1.0}}), 4)
+    assert _not_measured(full) and "not at capacity: standard memorizes 100.0% at n=96" in full["ours"]
+    assert _not_measured(_finding(_memorize_tables(accuracy=0.99), 4))
+    assert _finding(_memorize_tables(accuracy=0.989), 4)["holds"] is True
+    # Bits still growing (or falling) by more than 10% between the two largest sizes: no plateau.
+    growing = _finding(_memorize_tables(growth=0.3), 4)
+    assert _not_measured(growing) and "standard bits grow 30% from n=48 to n=96" in growing["ours"]
+    assert _finding(_memorize_tables(growth=0.09), 4)["holds"] is True
+    assert _not_measured(_finding(_memorize_tables(growth=0.11), 4))
+    falling = _memorize_tables(override={("mixit", 48): {"bits": 2.18 * 700 * 1.5}})
+    assert "mixit bits fall 33% from n=48 to n=96" in _finding(falling, 4)["ours"]
+    # Every variant must be at capacity, not only standard.
+    mlp = _finding(_memorize_tables(override={("frozen_mlp", 96): {"accuracy": 0.995}}), 4)
+    assert _not_measured(mlp) and "frozen_mlp memorizes" in mlp["ours"] and "standard" not in mlp["ours"].split(";")[0]
+    # One dataset size cannot show a plateau.
+    one = _memorize_tables()
+    one["table4_memorize_sizes"] = one["table4_memorize_sizes"].query("n == 96")
+    assert _not_measured(_finding(one, 4)) and "a plateau needs 2" in _finding(one, 4)["ours"]
+
+
+def test_memorization_not_measured_without_every_variant():
+    tables = _memorize_tables()
+    tables["table4_memorize"] = tables["table4_memorize"].query("variant != 'frozen_mlp'")
+    found = _finding(tables, 4)
+    assert _not_measured(found) and "memorize/frozen_mlp missing" in found["ours"]
+
+
+def test_depth_verdict():
+    def tables(random_deep=30.0, mixit_deep=95.0, random_growth=20.0, mixit_growth=1.5):
+        t6 = pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a} for v, n, a in
+                           (("random", 2, 80.0), ("random", 6, random_deep), ("mixit", 2, 100.0), ("mixit", 6, mixit_deep))])
+        t7 = pd.DataFrame([{"variant": v, "d_model": 128, "depth": d, "covariance": c, "cosine": 0.5} for v, g in
+                           (("random", random_growth), ("mixit", mixit_growth)) for d, c in ((2, 0.01), (32, 0.01 * g))])
+        return {"table6_depth": t6, "table7_signal": t7}
+
+    assert _finding(tables(), 5)["holds"] is True
+    assert _finding(tables(random_deep=60.0), 5)["holds"] is False  # random loses only 20 points
+    assert _finding(tables(mixit_deep=85.0), 5)["holds"] is False  # mixit loses 15
+    assert _finding(tables(random_growth=5.0), 5)["holds"] is False  # random's covariance grows only 5x
+    assert _finding(tables(mixit_growth=3.0), 5)["holds"] is False
+    # Either half alone gives a verdict; neither is "not measured".
+    only_signal = {"table7_signal": tables()["table7_signal"]}
+    assert _finding(only_signal, 5)["holds"] is True and "depth accuracy not measured" in _finding(only_signal, 5)["ours"]
+    assert _not_measured(_finding({}, 5))
+
+
+def _induction(qk=None, mixit=None, standard=None):
+    """An induction table: per variant, overrides of a frozen_qk-like row that satisfies the criterion."""
+    base = {"run": "khop/x", "task_head": "L1H2", "task_score": 0.5, "task_shuffled": 0.1, "task_chance": 0.04,
+            "task_positional": 0.27, "ablation_drop": 25.0, "repeat_head": "L1H0", "repeat_score": 0.3,
+            "repeat_chance": 0.14}
+    rows = [{"variant": "frozen_qk", **base, **(qk or {})},
+            {"variant": "mixit", **base, "task_score": 0.05, "task_shuffled": 0.05, **(mixit or {})}]
+    if standard is not None:
+        rows.insert(0, {"variant": "standard", **base, **standard})
+    return {"induction": pd.DataFrame(rows, columns=INDUCTION_COLUMNS)}
+
+
+def test_induction_verdict_on_task_aligned_scores():
+    found = _finding(_induction(), 6)
+    assert found["holds"] is True
+    assert "frozen_qk L1H2 0.500 (chance 0.040, shuffled sources 0.100, ablating it costs 25.0 points)" in found["ours"]
+    assert "repeated tokens: frozen_qk 0.30" in found["ours"]
+    failing = {
+        "at 3x chance but not chance + 0.1": {"task_score": 0.13, "task_shuffled": 0.0},
+        "chance + 0.1 but not 3x chance": {"task_score": 0.5, "task_chance": 0.2, "task_shuffled": 0.0},
+        "as high on shuffled sources (position alone)": {"task_score": 0.15, "task_shuffled": 0.149},
+        "ablating it costs under 10 points": {"ablation_drop": 9.9},
+    }
+    for why, qk in failing.items():
+        assert _finding(_induction(qk=qk), 6)["holds"] is False, why
+    assert _finding(_induction(qk={"task_score": 0.14, "task_shuffled": 0.04}), 6)["holds"] is True  # both margins met
+    assert _finding(_induction(mixit={"task_score": 0.08}), 6)["holds"] is False  # mixit at 2x chance
+    assert _finding(_induction(mixit={"task_score": 0.079}), 6)["holds"] is True
+    assert _finding(_induction(standard={"task_score": 0.0}), 6)["holds"] is True  # standard is not part of it
+
+
+def test_induction_not_measured_without_task_aligned_data():
+    assert _not_measured(_finding(_induction()["induction"].iloc[:1].pipe(lambda d: {"induction": d}), 6))
+    # Only repeated-token scores (an analysis without the task-aligned score): not measured, never judged on them.
+    repeat_only = _induction(qk={"task_score": None, "task_head": None}, mixit={"task_score": None})
+    found = _finding(repeat_only, 6)
+    assert _not_measured(found) and "frozen_qk" in found["ours"] and "mixit" in found["ours"]
+    no_ablation = _finding(_induction(qk={"ablation_drop": None}), 6)
+    assert _not_measured(no_ablation) and "ablation" in no_ablation["ours"]
+    assert _not_measured(_finding(_induction(qk={"task_shuffled": None}), 6))
+
+
+def test_speed_verdict():
+    def table(qk, mixit):
+        return {"speed": pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "faster_pct": [0.0, qk, mixit]})}
+
+    assert _finding(table(20.0, 30.0), 7)["holds"] is True
+    assert _finding(table(20.0, -3.0), 7)["holds"] is False
+    assert _finding(table(0.0, 30.0), 7)["holds"] is False  # as fast is not faster
+    assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].iloc[:2]}, 7))
+
+
+def test_induction_table_reads_the_task_aligned_summary(tmp_path):
+    # Fake analysed k-hop runs: two frozen_qk seeds (the higher task-aligned score is kept) and a mixit
+    # run analysed before the task-aligned score existed (repeated-token score only).
+    def run(name, variant, summary):
+        path = tmp_path / "khop" / name
+        (path / "analysis").mkdir(parents=True)
+        (path / "run.json").write_text(json.dumps({"train": {"variant": variant, "task": "khop", "task_params": {}}}))
+        (path / "summary.json").write_text(json.dumps({"status": "finished", "eval_acc": 0.9}))
+        (path / "analysis" / "analysis.json").write_text(json.dumps({"summary": summary}))
+
+    heads = {"top_induction": {"layer": 0, "head": 1, "score": 0.2}, "chance": {"induction": 0.14}}
+    def aligned(score, drop):
+        return {"top": {"layer": 1, "head": 2, "score": score, "shuffled": 0.05}, "chance": 0.04, "positional": 0.27,
+                "ablation": {"method": "mean", "accuracy": 0.7, "accuracy_drop": drop}}
+
+    run("qk-0", "frozen_qk", {"heads": heads, "task_induction": aligned(0.3, 0.2)})
+    run("qk-1", "frozen_qk", {"heads": heads, "task_induction": aligned(0.6, 0.25)})
+    run("mixit", "mixit", {"heads": heads})
+    ind = build_tables(tmp_path)["induction"].set_index("variant")
+    assert list(ind.reset_index().columns) == INDUCTION_COLUMNS
+    qk = ind.loc["frozen_qk"]
+    assert qk["run"] == "khop/qk-1" and qk["task_score"] == 0.6 and qk["ablation_drop"] == pytest.approx(25.0)
+    assert qk["task_head"] == "L1H2" and qk["repeat_head"] == "L0H1" and qk["repeat_chance"] == 0.14
+    assert pd.isna(ind.loc["mixit", "task_score"]) and ind.loc["mixit", "repeat_score"] == 0.2
+    assert _not_measured(check_findings(build_tables(tmp_path))[5])
 
 
 # --------------------------------------------------------------------------- end to end

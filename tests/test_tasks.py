@@ -279,6 +279,40 @@ def test_khop_targets_match_reference(params):
         assert got == khop_reference(row, task.hops, task.null_id)
 
 
+def test_khop_answer_sources_point_at_the_answer():
+    a, b, c = 0, 1, 2
+    task = get_task("khop", hops=1, length=5, alphabet=3)
+    x = torch.tensor([[a, b, c, a, b], [a, b, a, b, a]])
+    # One hop: the position right after the previous occurrence of x_i.
+    assert task.hop_sources(x).tolist() == [[-1, -1, -1, 1, 2], [-1, -1, 1, 2, 3]]
+    # Two hops: the last hop's landing position; [a, b, a, b, a] -> [~, ~, ~, b, a] as in the reference.
+    assert task.hop_sources(x, hops=2).tolist() == [[-1, -1, -1, -1, -1], [-1, -1, -1, 1, 2]]
+    tokens = torch.cat([x, torch.full((2, 1), task.sep_id), task.hop_targets(x)], dim=1)
+    queries, sources = task.answer_sources(tokens)
+    assert queries.tolist() == [5, 6, 7, 8, 9]  # y_i is predicted at position N + i
+    # The answer's letter in X, and its aligned position N + s in the answer part.
+    assert sources[0].tolist() == [[-1, -1], [-1, -1], [-1, -1], [1, 6], [2, 7]]
+    assert torch.equal(sources[..., 0], task.hop_sources(x))
+    with pytest.raises(ValueError, match="tokens must be"):
+        task.answer_sources(x)
+
+
+@pytest.mark.parametrize("params", [{"hops": 1, "length": 16, "alphabet": 6}, {"hops": 3, "length": 30, "alphabet": 4}])
+def test_khop_sources_hold_the_targets(params):
+    task = get_task("khop", **params)
+    tokens, mask = task.sample(50, gen(4))
+    queries, sources = task.answer_sources(tokens)
+    targets = tokens[:, queries + 1]  # the token each query predicts
+    letter, aligned = sources.unbind(-1)
+    has = letter >= 0
+    assert torch.equal(has, targets != task.null_id) and torch.equal(has, aligned >= 0)
+    assert torch.equal(tokens.gather(1, letter.clamp_min(0))[has], targets[has])
+    assert (letter[has] < task.length).all() and mask[:, queries + 1].all()
+    # The aligned position is the query of y_s (it predicts the answer for the letter's position),
+    # always visible from the query of y_i.
+    assert torch.equal(aligned[has], queries[letter[has]]) and (aligned <= queries).all()
+
+
 def test_khop_defaults_are_informative():
     task = get_task("khop")
     assert 100 <= task.seq_len <= 200

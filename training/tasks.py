@@ -457,8 +457,14 @@ class KHop(Task):
         self.vocab = [chr(ord("a") + i) for i in range(self.alphabet)] + ["~", "|", "<pad>"]
         self.seq_len = 2 * self.length + 1
 
-    def hop_targets(self, x: torch.Tensor) -> torch.Tensor:
-        """hop_k(X) for letter ids x [n, N] (any sequence, neighbours may repeat): [n, N], null where undefined."""
+    def hop_sources(self, x: torch.Tensor, hops: int | None = None) -> torch.Tensor:
+        """find^hops(i) for letter ids x [n, N]: int64 [n, N], the position in X whose letter is hop_hops(X)_i, or -1.
+
+        -1 where some hop does not exist (the target is null). `hops` defaults to the task's k; any
+        sequence is accepted (neighbours may repeat). With hops = 1, source i is the position right
+        after the previous occurrence of x_i: where an induction head must look to answer y_i.
+        """
+        hops = self.hops if hops is None else _check_int(self.name, "hops", hops, 1, 1024)
         n, length = x.shape
         pos = torch.arange(length)
         # Sort positions by (letter, position): consecutive entries of one letter are consecutive occurrences.
@@ -470,15 +476,41 @@ class KHop(Task):
         # find(i) = prev(i) + 1; a missing hop goes to an extra column `length` that maps to itself (null).
         find = torch.cat([torch.where(prev >= 0, prev + 1, length), torch.full((n, 1), length)], dim=1)
         # find^hops by repeated squaring: O(log hops) gathers.
-        cur, power, k = torch.arange(length + 1).expand(n, -1), find, self.hops
+        cur, power, k = torch.arange(length + 1).expand(n, -1), find, hops
         while k:
             if k & 1:
                 cur = power.gather(1, cur)
             k >>= 1
             if k:
                 power = power.gather(1, power)
-        x_or_null = torch.cat([x, torch.full((n, 1), self.null_id)], dim=1)
-        return x_or_null.gather(1, cur[:, :length])
+        cur = cur[:, :length]
+        return torch.where(cur < length, cur, -1)
+
+    def hop_targets(self, x: torch.Tensor) -> torch.Tensor:
+        """hop_k(X) for letter ids x [n, N] (any sequence, neighbours may repeat): [n, N], null where undefined."""
+        src = self.hop_sources(x)
+        return torch.where(src >= 0, x.gather(1, src.clamp_min(0)), self.null_id)
+
+    def answer_sources(self, tokens: torch.Tensor, hops: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each answer can be read from: (queries int64 [N], sources int64 [n, N, 2]) for rows [n, seq_len].
+
+        queries[i] = N + i is the position that predicts y_i (it holds `|` or y_{i-1}). The answer
+        is the letter x_s at s = find^hops(i) (`hop_sources`), and two positions carry it:
+
+            sources[r, i, 0] = s        the letter itself in X (X sits at positions 0..N-1 of a row);
+            sources[r, i, 1] = N + s    its aligned position in the answer part, the one that predicts
+                                        y_s: to answer y_s a model must bring x_s there, so an
+                                        induction lookup can read x_s at either place.
+
+        Both are -1 where y_i is null; N + s <= N + i, so a causal query sees both. `hops` defaults
+        to the task's k, so s is the last hop's landing position; only with hops = 1 is reading it
+        a single induction lookup (a model solving k > 1 hops may get there through other positions).
+        """
+        if tokens.ndim != 2 or tokens.shape[1] != self.seq_len:
+            raise ValueError(f"{self.name}: tokens must be [n, {self.seq_len}]; got {tuple(tokens.shape)}")
+        queries = torch.arange(self.length, 2 * self.length)
+        src = self.hop_sources(tokens[:, : self.length].cpu(), hops)
+        return queries, torch.stack([src, torch.where(src >= 0, src + self.length, -1)], dim=-1)
 
     def _sample(self, n: int, g: torch.Generator) -> Batch:
         first = torch.randint(0, self.alphabet, (n, 1), generator=g)
