@@ -49,7 +49,7 @@ def _text(nb) -> str:
     return "\n".join(parts)
 
 
-def _check_common(nb) -> str:
+def _check_common(nb, tolerance: float = 1e-4) -> str:
     text = _text(nb)
     probe = re.search(r"PROBE (.+) \| (.+)", text)
     assert probe, "the probe cell printed nothing"
@@ -61,7 +61,7 @@ def _check_common(nb) -> str:
     # TransformerLens's detect_head (through the adapter) equals our scores rescaled, per head type.
     gaps = dict(re.findall(r"(\w+_head): max \|TL - ours rescaled\| = (\S+)", text))
     assert set(gaps) == {"previous_token_head", "duplicate_token_head", "induction_head"}
-    assert all(float(gap) < 1e-4 for gap in gaps.values()), gaps
+    assert all(float(gap) < tolerance for gap in gaps.values()), gaps
     return text
 
 
@@ -83,6 +83,9 @@ def test_notebook_trains_its_own_model(tmp_path, monkeypatch):
 def test_notebook_opens_mixit_checkpoint(tmp_path, monkeypatch):
     config = ModelConfig(variant="mixit", d_model=32, n_layers=2, n_heads=4, n_ctx=24, d_vocab=20, seed=0)
     checkpoint = build_model(config).save_pretrained(tmp_path / "ckpt")
-    text = _check_common(_execute(tmp_path, monkeypatch, checkpoint))
+    # MixiT's sink heads have a first row summing to 0.5 (the authors' construction). TransformerLens divides
+    # by the pattern's total mass, we by the number of scored rows: the rescaled scores differ by about
+    # 0.5 / (2n) of a score there, ~5e-4 on these prompts, instead of agreeing to float precision.
+    text = _check_common(_execute(tmp_path, monkeypatch, checkpoint), tolerance=2e-3)
     assert f"checkpoint: {checkpoint}" in text and "variant='mixit'" in text
     assert not re.search(r"trained \d+ steps", text) and not list(tmp_path.glob("mixit-notebook-*"))

@@ -234,11 +234,15 @@ def test_memorization_is_not_measured_below_capacity():
     assert _finding(_memorize_tables(accuracy=0.989), 4)["holds"] is True
     # Bits still growing (or falling) by more than 10% between the two largest sizes: no plateau.
     growing = _finding(_memorize_tables(growth=0.3), 4)
-    assert _not_measured(growing) and "standard bits grow 30% from n=48 to n=96" in growing["ours"]
+    assert _not_measured(growing) and "standard bits per parameter grow 30% from n=48 to n=96" in growing["ours"]
     assert _finding(_memorize_tables(growth=0.09), 4)["holds"] is True
     assert _not_measured(_finding(_memorize_tables(growth=0.11), 4))
-    falling = _memorize_tables(override={("mixit", 48): {"bits": 2.18 * 700 * 1.5}})
-    assert "mixit bits fall 33% from n=48 to n=96" in _finding(falling, 4)["ours"]
+    falling = _memorize_tables(override={("mixit", 48): {"bits": 2.18 * 700 * 1.5, "bits_per_trainable_param": 2.18 * 1.5}})
+    assert "mixit bits per parameter fall 33% from n=48 to n=96" in _finding(falling, 4)["ours"]
+    # More bits at the larger n from more parameters (a larger vocabulary) is still a plateau.
+    more_params = _memorize_tables(growth=0.3, override={
+        (v, 48): {"bits_per_trainable_param": PAPER_BPP[v] * 0.95} for v in PARAMS})
+    assert _finding(more_params, 4)["holds"] is True
     # Every variant must be at capacity, not only standard.
     mlp = _finding(_memorize_tables(override={("frozen_mlp", 96): {"accuracy": 0.995}}), 4)
     assert _not_measured(mlp) and "frozen_mlp memorizes" in mlp["ours"] and "standard" not in mlp["ours"].split(";")[0]
@@ -272,6 +276,14 @@ def test_depth_verdict():
     only_signal = {"table7_signal": tables()["table7_signal"]}
     assert _finding(only_signal, 5)["holds"] is True and "depth accuracy not measured" in _finding(only_signal, 5)["ours"]
     assert _not_measured(_finding({}, 5))
+    # A control row (MixiT without sink heads) is reported beside the verdict and does not change it.
+    with_control = tables(mixit_growth=6.0)
+    control = pd.DataFrame([{"variant": "mixit, no sink", "d_model": 128, "depth": d, "covariance": c, "cosine": 0.0}
+                            for d, c in ((2, 3e-5), (32, -2e-5))])
+    with_control["table7_signal"] = pd.concat([with_control["table7_signal"], control], ignore_index=True)
+    found = _finding(with_control, 5)
+    assert found["holds"] is False and "mixit x6.0" in found["ours"]
+    assert "(mixit, no sink: covariance 3e-05 -> -2e-05)" in found["ours"]
 
 
 def _induction(qk=None, mixit=None, standard=None):
@@ -404,6 +416,11 @@ def test_killed_midway_then_rerun_completes_everything(smoke):
         assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished", run
         assert (run_dir / "analysis" / "analysis.json").is_file(), run
     assert (tmp / "runs" / "signal" / "signal.csv").is_file() and (tmp / "runs" / "speed" / "speed.csv").is_file()
+    signal_rows = pd.read_csv(tmp / "runs" / "signal" / "signal.csv")
+    assert set(signal_rows["variant"]) == {"random", "mixit", "mixit, no sink"}  # the smoke preset's control
+    no_sink = signal_rows[signal_rows["variant"] == "mixit, no sink"]
+    assert not no_sink.set_index(["depth", "layer"])["cosine"].equals(
+        signal_rows[signal_rows["variant"] == "mixit"].set_index(["depth", "layer"])["cosine"])
     assert f"train: {len(runs)} runs, {finished_before} already finished" in done.stdout
 
 
