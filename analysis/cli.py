@@ -377,7 +377,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     table = pd.DataFrame(rows)
     if args.out is not None:
         table.to_csv(args.out / "summary.csv", index=False)
-    columns = ["checkpoint", "variant", "task", "top_induction", "task_induction", "in_context_drop", "bits_per_trainable_param",
-               "accuracy", "most_needed_head"]
+    columns = ["checkpoint", "variant", "task", "top_induction", "task_induction", "in_context_drop",
+               "bits_per_trainable_param", "accuracy", "most_needed_head"]
     print(table[columns].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.4g}"))
     return 0

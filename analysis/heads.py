@@ -31,8 +31,8 @@ The induction, duplicate-token and previous-token detection patterns are Transfo
 (`get_induction_head_detection_pattern` etc.). Rows of every pattern in this project sum to 1
 (softmax; shaped I + softmax - C; MixiT's I + N - rowmean(N)), so the denominator is the number
 of scored rows; the one exception is row 0 of MixiT's sink heads ([0.5, 0, ...], as the authors'),
-which only the current-token score reads. Shaped and MixiT patterns have negative entries: their scores are signed sums and
-can fall outside [0, 1]. Chance (`df.attrs["chance"]`) is the score of uniform causal attention
+which only the current-token score reads. Shaped and MixiT patterns have negative entries: their
+scores are signed sums and can fall outside [0, 1]. Chance (`df.attrs["chance"]`) is the score of uniform causal attention
 (every allowed key weighted 1/(i+1)) on the same sequences; for induction with half-length n and
 distinct tokens in r it is about ln(2)/n.
 

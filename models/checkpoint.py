@@ -26,7 +26,9 @@ from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "mixit-lab/model"
-FORMAT_VERSION = 2  # 2: config fields bias, unembed_bias, scaled_readout, width_scaled_temperature, pooling (1 meant LEGACY_DEFAULTS)
+# 2 added the config fields bias, unembed_bias, scaled_readout, width_scaled_temperature and pooling;
+# a version-1 config means config.LEGACY_DEFAULTS for them.
+FORMAT_VERSION = 2
 
 
 class CheckpointError(ValueError):

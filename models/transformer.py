@@ -97,8 +97,8 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     With cfg.depth_alpha != 0 (the authors' depth option), A_h = N_h - rowmean(N_h) at s_h = 1/sqrt(T):
     no identity, rows sum to 0.
     Head 0 is a sink head, 0.5 I with column 0 set to 0.5 (row 0 is [0.5, 0, ...], as the authors'),
-    unless cfg.sink_head is False (then it is drawn
-    like the others; the other heads' matrices are the same either way). Reproducible from (seed, layer).
+    unless cfg.sink_head is False (then it is drawn like the others; the other heads' matrices are
+    the same either way). Reproducible from (seed, layer).
     """
     T, H = cfg.n_ctx, cfg.n_heads
     g = torch.Generator().manual_seed(derive_seed(cfg.seed, "mixing", layer))
@@ -324,7 +324,7 @@ class Block(nn.Module):
         """skip * resid + branch * f(resid): 1 and 1, or s and sqrt(1 - s^2) in the shaped variants."""
         if self.skip == 1.0 and self.branch == 1.0:
             return resid + branch_out
-        return torch.add(resid * self.skip if self.skip != 1.0 else resid, branch_out, alpha=self.branch)
+        return torch.add(resid * self.skip, branch_out, alpha=self.branch)
 
 
 class Embed(nn.Module):
