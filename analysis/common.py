@@ -6,17 +6,13 @@ Nothing here computes a statistic; each statistic lives in the one module that i
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
 from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-
-RUN_FILE = "run.json"  # written by training.train in every run directory
-CHECKPOINT_SUBDIR = "checkpoint"
+from training.rundir import CheckpointRef, find_checkpoint  # noqa: F401  (where analyses find their inputs)
 
 
 def check_positive_int(name: str, value: Any, lo: int = 1) -> int:
@@ -93,45 +89,6 @@ def random_tokens(d_vocab: int, n_seqs: int, seq_len: int, seed: int) -> torch.T
 
 
 # --------------------------------------------------------------------------- checkpoints
-@dataclass
-class CheckpointRef:
-    """Where a checkpoint lives: its directory, and the run directory around it (if any)."""
-
-    checkpoint: Path  # holds config.json + model.safetensors
-    run_dir: Path | None  # holds run.json (task, training config), or None for a bare checkpoint
-
-    @property
-    def name(self) -> str:
-        return (self.run_dir or self.checkpoint).name
-
-    def run_info(self) -> dict[str, Any] | None:
-        """The parsed run.json of the run directory, or None for a bare checkpoint."""
-        if self.run_dir is None:
-            return None
-        path = self.run_dir / RUN_FILE
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: cannot read run description ({e})") from None
-
-
-def find_checkpoint(path: str | Path) -> CheckpointRef:
-    """Resolve a run directory (run.json + checkpoint/), its checkpoint/ subdirectory, or a bare checkpoint."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or directory")
-    if (path / RUN_FILE).is_file() and (path / CHECKPOINT_SUBDIR / CONFIG_FILE).is_file():
-        return CheckpointRef(path / CHECKPOINT_SUBDIR, path)
-    if (path / CONFIG_FILE).is_file():
-        parent = path.resolve().parent
-        in_run = path.name == CHECKPOINT_SUBDIR and (parent / RUN_FILE).is_file()
-        return CheckpointRef(path, path.parent if in_run else None)
-    raise ValueError(
-        f"{path} is neither a run directory (run.json + checkpoint/) nor a checkpoint directory "
-        f"({CONFIG_FILE} + {WEIGHTS_FILE})"
-    )
-
-
 def checkpoint_hash(checkpoint_dir: str | Path) -> str:
     """SHA-256 over a checkpoint's config.json and model.safetensors (names and bytes), hex."""
     checkpoint_dir = Path(checkpoint_dir)

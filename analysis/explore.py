@@ -33,13 +33,14 @@ import pandas as pd
 import torch
 
 from .common import attention_kind, pattern_hook
-from .runs import ANALYSIS_DIR, ANALYSIS_FILE, COLUMNS, METRICS_FILE, RUN_FILE, SUMMARY_FILE, find_runs, load_run
+from models.checkpoint import CONFIG_FILE
+from training.rundir import (
+    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, CHECKPOINT_FILES, MANIFEST, METRICS_FILE, RUN_FILE, SIGNAL_FILE,
+    SPEED_FILE, SUMMARY_FILE, find_runs, read_json, read_metric_records,
+)
 
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
-MANIFEST = "reproduce.json"  # written by `mixit reproduce` at the top of its runs directory
-SIGNAL_FILE = "signal/signal.csv"
-SPEED_FILE = "speed/speed.csv"
+from .runs import COLUMNS, load_run
+
 TEXT_TASKS = ("lm", "sentiment")  # their data come from a corpus outside the runs directory
 RUN_COLUMNS = [*COLUMNS, "size"]
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
@@ -107,31 +108,9 @@ _STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FIL
             f"{CHECKPOINT_DIR}/model.safetensors")
 
 
-def _tail_records(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
-    """The complete JSON records among the last `max_bytes` of a metrics.jsonl (none if missing)."""
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - max_bytes))
-            lines = fh.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    if size > max_bytes:
-        lines = lines[1:]  # the first line was cut by the seek
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # cut off by a kill, or still being written
-        if isinstance(record, dict) and "step" in record:
-            records.append(record)
-    return records
-
-
 def _progress_from_metrics(run_dir: Path) -> dict[str, Any]:
     """step, loss, eval metrics, tokens/s of a run without summary.json, from the end of its metrics."""
-    records = _tail_records(run_dir / METRICS_FILE)
+    records = read_metric_records(run_dir, tail_bytes=TAIL_BYTES)
     if not records:
         return {}
     last = records[-1]
@@ -179,14 +158,11 @@ def list_runs(root: str | Path) -> pd.DataFrame:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing") from None
+        raise
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: unreadable ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
 
 
 def read_run_info(root: Path, run_dir: str | Path) -> dict[str, Any]:
@@ -247,8 +223,8 @@ def load_run_model(root: Path, run_dir: str | Path):
     from models import load_model
 
     ckpt = checkpoint_dir(root, run_dir)
-    if not (ckpt / "config.json").is_file():
-        raise FileNotFoundError(f"{Path(run_dir).name}: no checkpoint yet ({ckpt / 'config.json'} is missing)")
+    if not (ckpt / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{Path(run_dir).name}: no checkpoint yet ({ckpt / CONFIG_FILE} is missing)")
     model = load_model(ckpt, device="cpu")
     model.eval()
     return model

@@ -4,29 +4,24 @@
     runs = load_runs("runs/quick")          # one row per run directory (run.json) found below the root
     curve = read_metrics(runs.path[0])      # metrics.jsonl as a DataFrame (step, loss, eval_loss, ...)
 
-A run directory is what `training.train` writes: run.json, metrics.jsonl, summary.json (once finished),
-checkpoint/ and, after `mixit analyze`, analysis/. Runs may sit at any depth below the root
-(`mixit reproduce` puts them in one folder per study: ROOT/<study>/<run>). A run's `group` is its
-study's name up to the first "-", so studies `algorithmic` and `algorithmic-mixit` (say, the same tasks
-at another head count) feed the same tables and figures. Nothing here trains or
-writes; a broken run becomes a row with status "corrupt" and an `error` message instead of an exception.
+The layout of a run directory and of a runs folder, and how runs are found, belong to
+training.rundir; this module turns them into tables. A run's `group` is training.rundir.group_of its
+study. Nothing here trains or writes; a broken run becomes a row with status "corrupt" and an
+`error` message instead of an exception.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-RUN_FILE = "run.json"
-SUMMARY_FILE = "summary.json"
-METRICS_FILE = "metrics.jsonl"
-ANALYSIS_DIR = "analysis"
-ANALYSIS_FILE = "analysis.json"
-SKIP_DIRS = {"checkpoint", ANALYSIS_DIR, ".token_cache", "__pycache__"}
+from models.checkpoint import WEIGHTS_FILE
+from training.rundir import (
+    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, RUN_FILE, SUMMARY_FILE, find_runs, group_of, read_json,
+    read_metric_records,
+)
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
@@ -34,21 +29,6 @@ COLUMNS = [
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "error",
 ]
-
-
-def find_runs(root: str | Path) -> list[Path]:
-    """Every directory below `root` (or `root` itself) that holds a run.json, sorted by path."""
-    root = Path(root)
-    if (root / RUN_FILE).is_file():
-        return [root]
-    found = []
-    for here, dirs, files in os.walk(root):
-        if RUN_FILE in files:
-            found.append(Path(here))
-            dirs[:] = []  # a run does not contain runs
-        else:
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-    return sorted(found)
 
 
 def task_label(task: str, params: dict[str, Any]) -> str:
@@ -59,14 +39,6 @@ def task_label(task: str, params: dict[str, Any]) -> str:
     return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
-
-
 def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]:
     """One run as a row (see COLUMNS). Status: finished | diverged | error (from summary.json),
     running (no summary yet: interrupted or in progress) or corrupt (unreadable run.json/summary.json)."""
@@ -74,12 +46,12 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
     rel = path.relative_to(root) if root is not None and path != Path(root) else Path(path.name)
     row: dict[str, Any] = {c: None for c in COLUMNS}
     study = rel.parts[0] if len(rel.parts) > 1 else ""
-    row.update(run=str(rel.as_posix()), group=study.split("-", 1)[0], study=study, path=str(path))
-    row["has_checkpoint"] = (path / "checkpoint" / "model.safetensors").is_file()
+    row.update(run=str(rel.as_posix()), group=group_of(study), study=study, path=str(path))
+    row["has_checkpoint"] = (path / CHECKPOINT_DIR / WEIGHTS_FILE).is_file()
     row["has_analysis"] = (path / ANALYSIS_DIR / ANALYSIS_FILE).is_file()
     reading = path / RUN_FILE  # named in the error message
     try:
-        info = _read_json(reading)
+        info = read_json(reading)
         train = info["train"]
         params = dict(train.get("task_params") or {})
         row.update(
@@ -90,7 +62,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
         summary_path = path / SUMMARY_FILE
         if summary_path.is_file():
             reading = summary_path
-            summary = _read_json(summary_path)
+            summary = read_json(summary_path)
             row["status"] = summary.get("status", "finished")
             for key in ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
                         "params_trainable", "params_frozen", "params_total"):
@@ -114,24 +86,14 @@ def load_runs(root: str | Path) -> pd.DataFrame:
 
 def read_metrics(run_dir: str | Path) -> pd.DataFrame:
     """metrics.jsonl as a DataFrame sorted by step; lines cut off by a kill are skipped."""
-    records = []
-    path = Path(run_dir) / METRICS_FILE
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "step" in record:
-                records.append(record)
-    df = pd.DataFrame(records)
+    df = pd.DataFrame(read_metric_records(run_dir))
     return df.sort_values("step", kind="stable").reset_index(drop=True) if len(df) else df
 
 
 def read_analysis(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's analysis/analysis.json (from `mixit analyze`), or None if absent or unreadable."""
     try:
-        return _read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
+        return read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
 

@@ -8,7 +8,6 @@ runs count (a diverged or interrupted run has no final evaluation).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.runs import load_runs
+from training.rundir import MANIFEST, read_json
 
 if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through figures.style
     from matplotlib.axes import Axes
@@ -188,7 +188,7 @@ def default_out_dir(runs_dir: str | Path) -> Path:
     runs_dir = Path(runs_dir)
     name = runs_dir.resolve().name
     try:
-        preset = json.loads((runs_dir / "reproduce.json").read_text(encoding="utf-8")).get("preset")
+        preset = read_json(runs_dir / MANIFEST).get("preset")
         if isinstance(preset, str) and preset and "/" not in preset and preset not in (".", ".."):
             name = preset
     except (OSError, ValueError, AttributeError):

@@ -19,11 +19,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from training import rundir
+
 from .common import NoData, legend_above, value_ticks
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "signal_depth"
-SIGNAL_FILE = Path("signal") / "signal.csv"
+SIGNAL_FILE = Path(rundir.SIGNAL_FILE)
 REQUIRED = {"variant", "d_model", "depth", "layer", "cosine", "covariance"}
 
 

@@ -17,11 +17,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from training import rundir
+
 from .common import NoData
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "speed"
-SPEED_FILE = Path("speed") / "speed.csv"
+SPEED_FILE = Path(rundir.SPEED_FILE)
 SETTING = ["device", "d_model", "n_layers", "n_heads", "seq_len", "batch_size"]
 REQUIRED = {"variant", "tokens_per_s", "relative_to_standard"}
 MAX_PANELS = 3

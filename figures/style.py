@@ -18,8 +18,6 @@ explorer app imports the names and colours from here too.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,8 @@ from typing import Iterable, Iterator
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from models.files import atomic_file
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 DOUBLE_WIDTH = 6.9  # inches: the full text width
@@ -149,14 +149,8 @@ def save(fig: Figure, out_dir: str | Path, name: str, dpi: int = DPI) -> list[Pa
     with paper_style():
         for fmt in FORMATS:
             target = out_dir / f"{name}.{fmt}"
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}.tmp", dir=out_dir)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fig.savefig(fh, format=fmt, dpi=dpi, metadata=_metadata(fmt))
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with atomic_file(target, "wb") as fh:
+                fig.savefig(fh, format=fmt, dpi=dpi, metadata=_metadata(fmt))
             written.append(target)
     return written
 

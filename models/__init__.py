@@ -4,9 +4,9 @@
     model = build_model(ModelConfig(variant="mixit", d_model=128, n_layers=2, n_heads=4, n_ctx=34, d_vocab=31))
 """
 
-from .checkpoint import CheckpointError, load_model, save_model
+from .checkpoint import CheckpointError, save_model
 from .config import VARIANTS, ModelConfig, VariantSpec
-from .transformer import Transformer
+from .transformer import Transformer, load_model
 
 
 def build_model(config: ModelConfig) -> Transformer:

@@ -1,30 +1,28 @@
 """Checkpoints: a directory with config.json and model.safetensors (and tokenizer.json for models trained
 on text). No pickle, nothing executed on load.
 
-Directories are written atomically: into a hidden temporary sibling first, then renamed into
-place, so a crash never leaves a half-written checkpoint under the final name and never loses
-the previous one.
+Directories are written atomically (models.files.atomic_directory): into a hidden temporary sibling
+first, then swapped into place, so a crash never leaves a half-written checkpoint under the final
+name and never loses the previous one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .config import LEGACY_DEFAULTS, ModelConfig
+from .files import atomic_directory, atomic_file, write_json
 from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+RUN_CHECKPOINT_DIR = "checkpoint"  # where a training run directory keeps its checkpoint (training.rundir)
 FORMAT = "mixit-lab/model"
 # 2 added the config fields bias, unembed_bias, scaled_readout, width_scaled_temperature and pooling;
 # a version-1 config means config.LEGACY_DEFAULTS for them.
@@ -33,41 +31,6 @@ FORMAT_VERSION = 2
 
 class CheckpointError(ValueError):
     """A checkpoint exists but cannot be used (truncated, corrupt, or not matching its config)."""
-
-
-@contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory; on success it replaces `path` in one rename.
-
-    On error the temporary directory is removed and any existing `path` is left untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        yield tmp
-        _fsync_dir(tmp)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    for f in directory.rglob("*"):
-        if f.is_file():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def write_json(path: Path, data: object) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def write_model_files(model: torch.nn.Module, directory: Path) -> None:
@@ -79,7 +42,8 @@ def write_model_files(model: torch.nn.Module, directory: Path) -> None:
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
     if getattr(model, "tokenizer", None) is not None:
-        (directory / TOKENIZER_FILE).write_text(tokenizer_to_json(model.tokenizer), encoding="utf-8")
+        with atomic_file(directory / TOKENIZER_FILE) as fh:
+            fh.write(tokenizer_to_json(model.tokenizer))
 
 
 def save_model(model: torch.nn.Module, path: str | Path) -> Path:
@@ -92,8 +56,8 @@ def save_model(model: torch.nn.Module, path: str | Path) -> Path:
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory for `path`: itself, or `path/checkpoint` for a training run directory."""
     path = Path(path)
-    if not (path / CONFIG_FILE).exists() and (path / "checkpoint" / CONFIG_FILE).exists():
-        return path / "checkpoint"
+    if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT_DIR / CONFIG_FILE).exists():
+        return path / RUN_CHECKPOINT_DIR
     return path
 
 
@@ -125,16 +89,9 @@ def read_config(path: str | Path) -> ModelConfig:
         raise CheckpointError(f"{cfg_file}: {e}") from None
 
 
-def load_model(path: str | Path, device: str | torch.device | None = None):
-    """Load a checkpoint directory written by `save_pretrained` (or a training run directory) into a new model.
-
-    A checkpoint with a tokenizer.json (models trained on text) gets its tokenizer attached.
-
-    Raises FileNotFoundError for a missing directory or file, CheckpointError for a truncated,
-    corrupt or mismatched one; every message names the offending file.
-    """
-    from .transformer import Transformer
-
+def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor], Any]:
+    """(config, state dict, tokenizer or None) of a checkpoint directory (or a run directory), unchecked
+    against a model; errors name the offending file."""
     path = resolve_checkpoint(path)
     config = read_config(path)
     weights = path / WEIGHTS_FILE
@@ -144,8 +101,19 @@ def load_model(path: str | Path, device: str | torch.device | None = None):
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights}: cannot read safetensors file ({e}); it may be truncated") from None
-    model = Transformer(config)
-    expected = model.state_dict()
+    tokenizer = None
+    tokenizer_file = path / TOKENIZER_FILE
+    if tokenizer_file.is_file():
+        try:
+            tokenizer = tokenizer_from_json(tokenizer_file.read_text(encoding="utf-8"), str(tokenizer_file))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(str(e) if str(tokenizer_file) in str(e) else f"{tokenizer_file}: {e}") from None
+    return config, state, tokenizer
+
+
+def check_state(path: str | Path, state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    """CheckpointError naming the weights file unless `state` has exactly the names and shapes of `expected`."""
+    weights = resolve_checkpoint(path) / WEIGHTS_FILE
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -157,13 +125,3 @@ def load_model(path: str | Path, device: str | torch.device | None = None):
             raise CheckpointError(
                 f"{weights}: tensor {key} has shape {tuple(tensor.shape)}, config expects {tuple(expected[key].shape)}"
             )
-    model.load_state_dict(state)
-    tokenizer_file = path / TOKENIZER_FILE
-    if tokenizer_file.is_file():
-        try:
-            model.set_tokenizer(tokenizer_from_json(tokenizer_file.read_text(encoding="utf-8"), str(tokenizer_file)))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(str(e) if str(tokenizer_file) in str(e) else f"{tokenizer_file}: {e}") from None
-    if device is not None:
-        model.to(device)
-    return model.eval()

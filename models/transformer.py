@@ -37,6 +37,7 @@ from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 
 from . import tokenizer as tok
+from .checkpoint import check_state, read_weights, save_model
 from .config import ModelConfig
 
 
@@ -615,9 +616,25 @@ class Transformer(HookedRootModule):
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write config.json + model.safetensors into directory `path`, atomically."""
-        from .checkpoint import save_model
-
         return save_model(self, path)
+
+
+def load_model(path: str | Path, device: str | torch.device | None = None) -> Transformer:
+    """Load a checkpoint directory written by `save_pretrained` (or a training run directory) into a new model.
+
+    A checkpoint with a tokenizer.json (models trained on text) gets its tokenizer attached.
+    Raises FileNotFoundError for a missing directory or file, CheckpointError for a truncated,
+    corrupt or mismatched one; every message names the offending file.
+    """
+    config, state, tokenizer = read_weights(path)
+    model = Transformer(config)
+    check_state(path, state, model.state_dict())
+    model.load_state_dict(state)
+    if tokenizer is not None:
+        model.set_tokenizer(tokenizer)
+    if device is not None:
+        model.to(device)
+    return model.eval()
 
 
 def component_of(param_name: str) -> str:

@@ -17,7 +17,6 @@ Layout of `out` (the runs directory that figures, the report and the explorer re
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,14 +27,16 @@ import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
-from models.checkpoint import write_json
-from training.sweep import Run, _as_list, _tasks_from_file, expand_grid
-from training.tasks import DATA_CACHE_DIR, task_data_cache
-from training.trainer import TrainConfig, is_finished, read_summary
+from training.rundir import (
+    ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
+    is_run_dir, read_run_info, read_summary, write_json, write_runs_table,
+)
+from training.sweep import Run, _as_list, _tasks_from_file, expand_grid, pool_map, train_runs
+from training.tasks import task_data_cache
+from training.trainer import TrainConfig
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = "reproduce.json"
 STUDY_KEYS = {"variants", "tasks", "sizes", "seeds", "lrs", "train", "text", "about"}
 PRESET_KEYS = {"name", "about", "budget", "evidence", "train", "studies", "analysis", "signal", "speed"}
 
@@ -173,12 +174,11 @@ def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
 
 def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
     """Refuse to reuse a run directory trained with a different configuration (e.g. an edited preset)."""
-    path = run_dir / "run.json"
-    if not path.is_file():
+    if not is_run_dir(run_dir):
         return
     try:
-        saved = json.loads(path.read_text())["train"]
-    except (json.JSONDecodeError, KeyError, OSError):
+        saved = read_run_info(run_dir)["train"]
+    except (ValueError, OSError):
         return  # unreadable: the trainer's own check reports it
     wanted = cfg.to_dict()
     diff = [k for k in wanted if k not in ("device", "compile") and saved.get(k, wanted[k]) != wanted[k]
@@ -192,49 +192,15 @@ def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 # --------------------------------------------------------------------------- workers
-def _init_worker(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def _train_job(job: tuple[str, dict, str]) -> dict[str, Any]:
-    from training.trainer import train
-
-    name, cfg_dict, out_dir = job
-    cfg = TrainConfig.from_dict(cfg_dict)
-    start = time.perf_counter()
-    try:
-        summary = train(cfg, out_dir, resume=True, progress=False, argv=["mixit", "reproduce", f"(run {name})"])
-    except Exception as e:  # one failed run must not stop the reproduction
-        summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
-    summary.setdefault("elapsed_s", time.perf_counter() - start)
-    return {"run": name, **summary}
-
-
 def _analyze_job(job: tuple[str, str, dict]) -> dict[str, Any]:
     from analysis.cli import analyze_checkpoint
 
     name, run_dir, options = job
     try:
-        status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / "analysis", options, device="cpu")
+        status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / ANALYSIS_DIR, options, device="cpu")
     except Exception as e:
         return {"run": name, "status": "error", "message": f"{type(e).__name__}: {e}"}
     return {"run": name, "status": status}
-
-
-def _pool_map(fn: Callable, jobs: list, workers: int, threads: int):
-    """Results of fn over jobs, in completion order, on `workers` spawned processes (inline for one)."""
-    if workers <= 1 or len(jobs) <= 1:
-        _init_worker(threads)
-        yield from map(fn, jobs)
-        return
-    pool = mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(threads,))
-    try:
-        yield from pool.imap_unordered(fn, jobs)
-    finally:
-        pool.terminate()
-        pool.join()
 
 
 # --------------------------------------------------------------------------- stages
@@ -257,13 +223,11 @@ def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: C
         f"on {workers} worker(s)")
     by_name = dict(runs)
     total = sum(costs.values()) or 1.0
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    jobs = [(n, by_name[n].to_dict(), str(out / n)) for n in todo]
     done = len(runs) - len(todo)
     bar = tqdm(total=round(total / 1e9, 1), unit="GFLOP", disable=not progress or not todo,
                desc=f"train {done}/{len(runs)} runs", bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
     try:
-        for row in _pool_map(_train_job, jobs, workers, threads):
+        for row in train_runs([(n, by_name[n]) for n in todo], out, workers, "reproduce"):
             rows[row["run"]] = row
             done += 1
             bar.set_description_str(f"train {done}/{len(runs)} runs")
@@ -272,13 +236,14 @@ def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: C
                 log(f"  {row['run']}: {row['status']} {row.get('message', '')}".rstrip())
     finally:
         bar.close()
-    table = pd.DataFrame([rows[n] for n, _ in runs if n in rows])
-    for study, group in table.groupby(table["run"].str.split("/").str[0], sort=False):
-        flat = group.assign(run=group["run"].str.split("/", n=1).str[1])
-        if "task_params" in flat:
-            flat["task_params"] = flat["task_params"].map(lambda p: json.dumps(p, sort_keys=True) if isinstance(p, dict) else p)
-        flat.to_csv(out / study / "summary.csv", index=False)
-    return table
+    ordered = [rows[n] for n, _ in runs if n in rows]
+    by_study: dict[str, list[dict[str, Any]]] = {}
+    for row in ordered:
+        study, run = row["run"].split("/", 1)
+        by_study.setdefault(study, []).append({**row, "run": run})
+    for study, study_rows in by_study.items():
+        write_runs_table(study_rows, out / study / RUNS_SUMMARY)
+    return pd.DataFrame(ordered)
 
 
 def analysis_stage(runs: list[Run], out: Path, options: dict, workers: int, progress: bool,
@@ -287,10 +252,9 @@ def analysis_stage(runs: list[Run], out: Path, options: dict, workers: int, prog
     jobs = [(n, str(out / n), options) for n, _ in runs
             if is_finished(out / n) and read_summary(out / n).get("status") == "finished"]
     counts = {"computed": 0, "cached": 0, "error": 0}
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
     try:
-        for row in _pool_map(_analyze_job, jobs, workers, threads):
+        for row in pool_map(_analyze_job, jobs, workers):
             counts[row["status"]] += 1
             if row["status"] == "error":
                 log(f"  analysis of {row['run']} failed: {row['message']}")
@@ -311,10 +275,8 @@ def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.Dat
         except (json.JSONDecodeError, OSError, ValueError):
             pass
     df = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_file(path) as fh:
+        df.to_csv(fh, index=False)
     write_json(meta, config)
     return df, False
 
@@ -336,7 +298,7 @@ def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) ->
             frames.append(signal_propagation(**{**config, "variants": [variant], **overrides}).assign(variant=label))
         return pd.concat(frames, ignore_index=True)
 
-    _, cached = _cached_csv(out / "signal" / "signal.csv", {**config, "controls": controls}, compute)
+    _, cached = _cached_csv(out / SIGNAL_FILE, {**config, "controls": controls}, compute)
     names = [*config["variants"], *controls]
     log(f"signal: {'cached' if cached else 'computed'} ({', '.join(names)} at depths {config['depths']})")
 
@@ -355,7 +317,7 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
     before = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # measured alone, after training, on every core
     try:
-        df, cached = _cached_csv(out / "speed" / "speed.csv", config, lambda: measure_throughput(**config))
+        df, cached = _cached_csv(out / SPEED_FILE, config, lambda: measure_throughput(**config))
     finally:
         torch.set_num_threads(before)
     log(f"speed: {'cached' if cached else 'measured'} ({len(df)} variants)")

@@ -12,7 +12,6 @@ finding whose data is missing is "not measured", never "holds".
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -22,7 +21,8 @@ import pandas as pd
 
 from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
-from models.checkpoint import write_json
+from models.files import atomic_file, write_json, write_text
+from training.rundir import SIGNAL_FILE, SPEED_FILE
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
 # Accuracies in %, LM in validation log-perplexity (WikiText-103), memorization in bits per trainable parameter.
@@ -151,7 +151,7 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     tables["table6_depth"] = _acc(depth, ["variant", "n_layers"]).rename(columns={"acc": "accuracy", "acc_std": "std"})
 
     # Table 7: token covariance and cosine at the last layer vs depth, at initialisation.
-    signal_path = runs_dir / "signal" / "signal.csv"
+    signal_path = runs_dir / SIGNAL_FILE
     if signal_path.is_file():
         sig = pd.read_csv(signal_path)
         sig = sig[sig["layer"] == sig["depth"]][["variant", "d_model", "depth", "covariance", "cosine"]]
@@ -190,7 +190,7 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     tables["induction"] = ind
 
     # Speed: per-sample training time relative to standard.
-    speed_path = runs_dir / "speed" / "speed.csv"
+    speed_path = runs_dir / SPEED_FILE
     if speed_path.is_file():
         sp = pd.read_csv(speed_path)
         sp["faster_pct"] = -100 * sp["relative_to_standard"]
@@ -497,9 +497,9 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     report_dir.mkdir(parents=True, exist_ok=True)
     tables = build_tables(runs_dir)
     findings = check_findings(tables)
-    for name, df in tables.items():
-        df.to_csv(report_dir / f"{name}.csv", index=False)
-    pd.DataFrame(findings).to_csv(report_dir / "findings.csv", index=False)
+    for name, df in {**tables, "findings": pd.DataFrame(findings)}.items():
+        with atomic_file(report_dir / f"{name}.csv") as fh:
+            df.to_csv(fh, index=False)
 
     runs = load_runs(runs_dir)
     verdict = {True: "holds", False: "does not hold", None: "not measured"}
@@ -532,8 +532,6 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
             for p in pngs:
                 lines.append(f"- [{p.stem}]({Path(os.path.relpath(p, report_dir)).as_posix()})")
             lines.append("")
-    tmp = report_dir / ".report.md.tmp"
-    tmp.write_text("\n".join(lines))
-    tmp.replace(report_dir / "report.md")
+    write_text(report_dir / "report.md", "\n".join(lines))
     write_json(report_dir / "findings.json", findings)
     return findings

@@ -22,8 +22,9 @@ import multiprocessing as mp
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import yaml
@@ -31,8 +32,9 @@ from tqdm.auto import tqdm
 
 from models import VARIANTS
 
+from .rundir import RUNS_SUMMARY, SWEEP_FILE, is_finished, read_summary, write_runs_table, write_text
 from .tasks import TASKS
-from .trainer import TrainConfig, is_finished, read_summary, train
+from .trainer import TrainConfig, train
 
 Run = tuple[str, TrainConfig]
 
@@ -175,55 +177,88 @@ def grid_from_args(args: argparse.Namespace, argv: Sequence[str]) -> list[Run]:
     return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields)
 
 
-def _run_one(job: tuple[str, dict, str, int]) -> dict[str, Any]:
-    """Worker: train one run (resuming if it was interrupted) and return its summary row."""
-    name, cfg_dict, out_dir, threads = job
-    import torch
+# --------------------------------------------------------------------------- the executor
+@dataclass(frozen=True)
+class TrainJob:
+    """One training run for a worker process: plain values, so it pickles across `spawn`."""
 
-    torch.set_num_threads(threads)
-    cfg = TrainConfig.from_dict(cfg_dict)
+    name: str  # the run's name, relative to the runs folder (e.g. "algorithmic/addition_...")
+    config: dict[str, Any]  # TrainConfig.to_dict()
+    run_dir: str
+    command: str  # recorded in run.json as the command that trained it ("sweep", "reproduce")
+
+
+def train_one(job: TrainJob) -> dict[str, Any]:
+    """Worker: train one run (resuming it if it was interrupted) and return its summary row.
+
+    A run that fails becomes a row with status "error" and the message, so one failure never
+    stops the others.
+    """
+    cfg = TrainConfig.from_dict(job.config)
     start = time.perf_counter()
     try:
-        summary = train(cfg, out_dir, resume=True, progress=False, argv=["mixit", "sweep", "(run " + name + ")"])
+        summary = train(cfg, job.run_dir, resume=True, progress=False,
+                        argv=["mixit", job.command, f"(run {job.name})"])
     except Exception as e:  # one failed run must not stop the sweep
         summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
     summary.setdefault("elapsed_s", time.perf_counter() - start)
-    return {"run": name, **summary}
+    return {"run": job.name, **summary}
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of `workers` processes sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> Iterator[Any]:
+    """fn over jobs on `workers` spawned processes, results in completion order (inline for one).
+
+    The one process pool of the project: sweeps, reproduction and its analysis stage run on it.
+    Leaving the iterator early (Ctrl-C, an error) terminates the workers.
+    """
+    threads = threads_per_worker(workers)
+    if workers <= 1 or len(jobs) <= 1:
+        _set_threads(threads)
+        yield from map(fn, jobs)
+        return
+    pool = mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=_set_threads, initargs=(threads,))
+    try:
+        yield from pool.imap_unordered(fn, jobs)
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def train_runs(runs: Sequence[Run], out: Path, workers: int, command: str) -> Iterator[dict[str, Any]]:
+    """Train `runs` (in the order given) into out/<name>, `workers` at a time; yield each summary row."""
+    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command) for name, cfg in runs]
+    yield from pool_map(train_one, jobs, workers)
 
 
 def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """Train every run not yet finished, `workers` at a time; write and return summary.csv."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps([{"run": n, **c.to_dict()} for n, c in runs], indent=1) + "\n")
+    write_text(out / SWEEP_FILE, json.dumps([{"run": n, **c.to_dict()} for n, c in runs], indent=1) + "\n")
     rows: dict[str, dict] = {}
     todo = []
     for name, cfg in runs:
         if is_finished(out / name):
             rows[name] = {"run": name, **read_summary(out / name)}
         else:
-            todo.append(name)
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    by_name = dict(runs)
-    jobs = [(name, by_name[name].to_dict(), str(out / name), threads) for name in todo]
+            todo.append((name, cfg))
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="sweep", unit="run", disable=not progress)
-    if workers == 1 or len(jobs) <= 1:
-        results = map(_run_one, jobs)
-        pool = None
-    else:
-        pool = mp.get_context("spawn").Pool(min(workers, len(jobs)))
-        results = pool.imap_unordered(_run_one, jobs)
     try:
-        for row in results:
+        for row in train_runs(todo, out, workers, "sweep"):
             rows[row["run"]] = row
             bar.set_postfix_str(f"{row['run'][:40]}: {row['status']}")
             bar.update(1)
     finally:
-        if pool is not None:
-            pool.terminate()
         bar.close()
-    table = pd.DataFrame([rows[name] for name, _ in runs if name in rows])
-    if "task_params" in table:
-        table["task_params"] = table["task_params"].map(lambda p: json.dumps(p, sort_keys=True) if isinstance(p, dict) else p)
-    table.to_csv(out / "summary.csv", index=False)
-    return table
+    return write_runs_table([rows[name] for name, _ in runs if name in rows], out / RUNS_SUMMARY)

@@ -1,14 +1,10 @@
 """The training loop: AdamW, warmup + cosine, clipping, periodic eval and checkpoints, exact resume.
 
-A run directory holds:
-
-    run.json          what was run: train config, model config, command, git commit, library versions
-    metrics.jsonl     one JSON object per logged step (loss, eval_loss, eval_acc, lr, tokens_per_s, elapsed_s;
-                      text LM runs add eval_log_perplexity and eval_perplexity)
-    tokenizer.json    text tasks only: the tokenizer (also inside checkpoint/)
-    checkpoint/       latest checkpoint: config.json + model.safetensors (loadable by models.load_model)
-                      + trainer_state.safetensors/.json (optimizer, data stream, step) for --resume
-    summary.json      written last; its presence marks the run finished (status "finished" or "diverged")
+It writes a run directory (layout in training.rundir): run.json first; then metrics.jsonl, one
+record per logged step (loss, eval_loss, eval_acc, lr, tokens_per_s, elapsed_s; text LM runs add
+eval_log_perplexity and eval_perplexity); checkpoint/ (the model, loadable by models.load_model,
+plus trainer_state.safetensors/.json, the optimizer, data stream and step, for --resume); and
+summary.json last, which marks the run finished (status "finished" or "diverged").
 
 Text tasks cache their tokenizer and token arrays in `.token_cache/` next to the run directory, so
 the runs of a sweep tokenize a corpus once.
@@ -17,7 +13,6 @@ the runs of a sweep tokenize a corpus once.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import platform
 import shlex
@@ -35,14 +30,15 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from models import ModelConfig, build_model
-from models.checkpoint import atomic_directory, write_json, write_model_files
+from models.checkpoint import write_model_files
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import derive_seed
 
-from .tasks import DATA_CACHE_DIR, Task, TrainStream, get_task, task_data_cache
-
-RUN_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR = "run.json", "metrics.jsonl", "summary.json", "checkpoint"
-STATE_TENSORS, STATE_JSON = "trainer_state.safetensors", "trainer_state.json"
+from .rundir import (
+    CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
+    atomic_directory, is_finished, read_json, read_summary, truncate_metrics, write_json, write_text,
+)
+from .tasks import Task, TrainStream, get_task, task_data_cache
 
 
 class TrainingDiverged(RuntimeError):
@@ -292,7 +288,7 @@ def _save_trainer_state(directory: Path, step: int, optimizer, stream: TrainStre
 
 
 def _load_trainer_state(directory: Path, optimizer, stream: TrainStream) -> dict:
-    meta = json.loads((directory / STATE_JSON).read_text())
+    meta = read_json(directory / STATE_JSON)
     tensors = load_file(str(directory / STATE_TENSORS))
     state: dict[int, dict[str, torch.Tensor]] = {}
     stream_state: dict[str, Any] = dict(meta["stream"])
@@ -306,28 +302,6 @@ def _load_trainer_state(directory: Path, optimizer, stream: TrainStream) -> dict
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     stream.load_state_dict(stream_state)
     return meta
-
-
-def is_finished(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / SUMMARY_FILE).is_file()
-
-
-def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
-
-
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    """On resume, drop metric lines logged after the checkpoint we resume from."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["step"] <= last_step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError):
-            continue  # a line cut off by a kill
-    path.write_text("".join(k + "\n" for k in kept))
 
 
 # --------------------------------------------------------------------------- the loop
@@ -350,7 +324,7 @@ def train(
     if not resume and out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     if resume and out.exists() and (out / RUN_FILE).is_file():
-        saved = TrainConfig.from_dict(json.loads((out / RUN_FILE).read_text())["train"])
+        saved = TrainConfig.from_dict(read_json(out / RUN_FILE)["train"])
         if saved != cfg:
             diff = [k for k in cfg.to_dict() if cfg.to_dict()[k] != saved.to_dict()[k]]
             raise ValueError(f"{out / RUN_FILE}: cannot resume with a different config (differs in {diff})")
@@ -360,7 +334,7 @@ def train(
         task = cfg.build_task()
     model_cfg = cfg.model_config(task)
     if resume and (out / RUN_FILE).is_file():
-        saved = json.loads((out / RUN_FILE).read_text())["task"].get("data_fingerprint")
+        saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")
         if saved is not None and saved != task.data_fingerprint:
             raise ValueError(f"{out / RUN_FILE}: cannot resume: the task's data (corpus or tokenizer) changed since the run began")
     model = build_model(model_cfg).to(device)
@@ -385,7 +359,7 @@ def train(
         model.load_state_dict(load_model(ckpt).state_dict())
         meta = _load_trainer_state(ckpt, optimizer, stream)
         step, elapsed_before, best_acc = meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc")
-        _truncate_metrics(out / METRICS_FILE, step)
+        truncate_metrics(out, step)
     else:
         (out / METRICS_FILE).unlink(missing_ok=True)
         task_info = {"name": task.name, **task.params}
@@ -394,7 +368,7 @@ def train(
         write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
                                     **provenance(argv)})
         if task.text_tokenizer is not None:
-            (out / TOKENIZER_FILE).write_text(tokenizer_to_json(task.text_tokenizer), encoding="utf-8")
+            write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
     forward = torch.compile(model) if cfg.compile else model
     checkpoint_every = cfg.checkpoint_every or cfg.eval_every
     tokens_per_step = cfg.batch_size * task.seq_len
@@ -406,8 +380,7 @@ def train(
             _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc})
 
     def log(record: dict[str, Any]) -> None:
-        with open(out / METRICS_FILE, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_metrics(out, record)
 
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"{cfg.variant}/{cfg.task}",
                dynamic_ncols=True, leave=False, mininterval=0.5 if sys.stderr.isatty() else 30.0)
@@ -476,7 +449,7 @@ def train(
         bar.close()
         kept = "no checkpoint was written yet"
         if (ckpt / STATE_JSON).is_file():
-            kept = f"last good checkpoint (step {json.loads((ckpt / STATE_JSON).read_text())['step']}) kept in {ckpt}"
+            kept = f"last good checkpoint (step {read_json(ckpt / STATE_JSON)['step']}) kept in {ckpt}"
         summary = {"status": "diverged", "message": f"{e}; {kept}", "step": step, **_summary_base(cfg, counts)}
         write_json(out / SUMMARY_FILE, summary)
         raise TrainingDiverged(f"{out}: {e}; {kept}") from None

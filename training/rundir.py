@@ -1,0 +1,211 @@
+"""The run directory and the runs folder: their file names, reading and writing them, finding runs.
+
+Every other module asks this one where a file lives; none spells a file name itself.
+
+A run directory (written by `training.train`, read by analysis, figures, the report and the explorer):
+
+    run.json          what was run: train config, model config, task, command, provenance
+    metrics.jsonl     one JSON object per logged step (appended while training)
+    tokenizer.json    text tasks only: the tokenizer (also inside checkpoint/)
+    checkpoint/       the latest checkpoint (models.checkpoint format) + trainer state for resume
+    summary.json      written last; its presence marks the run finished (or diverged / failed)
+    analysis/         `mixit analyze` results: analysis.json + one CSV per table
+
+A runs folder (a sweep's `--out`, or the output of `mixit reproduce`) holds run directories at any
+depth, `mixit reproduce` one folder per *study* (ROOT/<study>/<run>), and beside them:
+
+    .token_cache/     tokenizers and token arrays of text corpora, shared by the runs below
+    sweep.json        the runs a sweep was asked for (mixit sweep)
+    summary.csv       one row per run of a sweep or a study
+    reproduce.json    the manifest of `mixit reproduce`: preset, corpora, stage timings, findings
+    signal/signal.csv token similarity vs depth at initialisation (+ signal.json, its settings)
+    speed/speed.csv   training throughput per variant (+ speed.json)
+
+A study's *group* is its name up to the first "-": studies `algorithmic` and `algorithmic-mixit`
+(the same tasks at another head count, say) feed the same tables and figures.
+
+Every write is atomic (models.files), except metrics.jsonl, which is appended line by line; its
+readers skip a line cut off by a kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, WEIGHTS_FILE
+from models.files import atomic_directory, atomic_file, read_json, write_json, write_text
+from models.tokenizer import TOKENIZER_FILE
+
+# --------------------------------------------------------------------------- a run directory
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_DIR = RUN_CHECKPOINT_DIR  # "checkpoint" (models.load_model accepts a run directory too)
+STATE_TENSORS, STATE_JSON = "trainer_state.safetensors", "trainer_state.json"  # inside checkpoint/
+ANALYSIS_DIR = "analysis"
+ANALYSIS_FILE = "analysis.json"  # inside analysis/
+CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)  # what loading a model opens
+
+# --------------------------------------------------------------------------- a runs folder
+DATA_CACHE_DIR = ".token_cache"
+SWEEP_FILE = "sweep.json"
+RUNS_SUMMARY = "summary.csv"
+MANIFEST = "reproduce.json"
+SIGNAL_FILE = "signal/signal.csv"
+SPEED_FILE = "speed/speed.csv"
+SKIP_DIRS = {CHECKPOINT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
+
+__all__ = [
+    "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "MANIFEST",
+    "METRICS_FILE", "RUNS_SUMMARY", "RUN_FILE", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
+    "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
+    "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
+    "truncate_metrics", "write_json", "write_runs_table", "write_text",
+]
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether `path` is a run directory (it holds run.json)."""
+    return (Path(path) / RUN_FILE).is_file()
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Every run directory below `root` (or `root` itself), sorted by path; hidden folders are skipped."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    found = []
+    for here, dirs, files in os.walk(root):
+        if RUN_FILE in files:
+            found.append(Path(here))
+            dirs[:] = []  # a run does not contain runs
+        else:
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    return sorted(found)
+
+
+def group_of(study: str) -> str:
+    """The group a study belongs to: its name up to the first '-' ('algorithmic-mixit' -> 'algorithmic')."""
+    return study.split("-", 1)[0]
+
+
+def read_run_info(run_dir: str | Path) -> dict[str, Any]:
+    """The run's run.json; ValueError naming the file if it is unreadable or has no 'train' section."""
+    path = Path(run_dir) / RUN_FILE
+    info = read_json(path)
+    if not isinstance(info.get("train"), dict) or "task" not in info["train"]:
+        raise ValueError(f"{path}: no 'train' section naming the task")
+    return info
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """Whether the run has ended (summary.json exists: finished, diverged or failed)."""
+    return (Path(run_dir) / SUMMARY_FILE).is_file()
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """The run's summary.json."""
+    return read_json(Path(run_dir) / SUMMARY_FILE)
+
+
+def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
+    """Append one record (a logged step) to the run's metrics.jsonl."""
+    with open(Path(run_dir) / METRICS_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def read_metric_records(run_dir: str | Path, tail_bytes: int | None = None) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl that have a step, in file order (none if it is missing).
+
+    With `tail_bytes`, only the complete lines among the file's last `tail_bytes` are read (cheap
+    progress of a long run). A line cut off by a kill, or still being written, is skipped.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            start = 0 if tail_bytes is None else max(0, size - tail_bytes)
+            fh.seek(start)
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    if start > 0:
+        lines = lines[1:]  # the first line was cut by the seek
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
+    """On resume: drop the metric lines logged after `last_step` (the checkpoint resumed from)."""
+    if not (Path(run_dir) / METRICS_FILE).exists():
+        return
+    kept = [r for r in read_metric_records(run_dir) if r["step"] <= last_step]
+    write_text(Path(run_dir) / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def write_runs_table(rows: list[dict[str, Any]], path: str | Path) -> pd.DataFrame:
+    """Write one row per run as CSV (a sweep's or a study's summary.csv) atomically; return the table.
+
+    Task parameters (a dict) are stored as sorted JSON, so the cell reads back unambiguously.
+    """
+    table = pd.DataFrame(rows)
+    if "task_params" in table:
+        table["task_params"] = table["task_params"].map(
+            lambda p: json.dumps(p, sort_keys=True) if isinstance(p, dict) else p
+        )
+    with atomic_file(path) as fh:
+        table.to_csv(fh, index=False)
+    return table
+
+
+# --------------------------------------------------------------------------- checkpoints in runs
+@dataclass
+class CheckpointRef:
+    """Where a checkpoint lives: its directory, and the run directory around it (if any)."""
+
+    checkpoint: Path  # holds config.json + model.safetensors
+    run_dir: Path | None  # holds run.json (task, training config), or None for a bare checkpoint
+
+    @property
+    def name(self) -> str:
+        return (self.run_dir or self.checkpoint).name
+
+    def run_info(self) -> dict[str, Any] | None:
+        """The parsed run.json of the run directory, or None for a bare checkpoint."""
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / RUN_FILE
+        try:
+            return read_json(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: cannot read run description ({e})") from None
+
+
+def find_checkpoint(path: str | Path) -> CheckpointRef:
+    """Resolve a run directory (run.json + checkpoint/), its checkpoint/ subdirectory, or a bare checkpoint."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    if is_run_dir(path) and (path / CHECKPOINT_DIR / CONFIG_FILE).is_file():
+        return CheckpointRef(path / CHECKPOINT_DIR, path)
+    if (path / CONFIG_FILE).is_file():
+        parent = path.resolve().parent
+        in_run = path.name == CHECKPOINT_DIR and is_run_dir(parent)
+        return CheckpointRef(path, path.parent if in_run else None)
+    raise ValueError(
+        f"{path} is neither a run directory (run.json + checkpoint/) nor a checkpoint directory "
+        f"({CONFIG_FILE} + {WEIGHTS_FILE})"
+    )
