@@ -43,10 +43,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise CLIError(f"mixit reproduce: error: {e}") from None
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"mixit reproduce: error: --workers={args.workers} must be >= 1")
-    name = preset["name"]
+    name = preset.name
     out = args.out or Path("runs") / name
     if args.dry_run:
-        needed = {s["text"] for s in preset["studies"].values() if s.get("text")}
+        needed = preset.text_kinds()
         text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in needed}
         runs = preset_runs(preset, text)
         for run, cfg in runs:

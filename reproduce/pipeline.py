@@ -24,21 +24,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-import yaml
 from tqdm.auto import tqdm
 
 from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
     is_run_dir, read_run_info, read_summary, write_json, write_runs_table,
 )
-from training.sweep import Run, _as_list, _tasks_from_file, expand_grid, pool_map, train_runs
+from training.sweep import Run, _tasks_from_file, expand_grid, pool_map, train_runs
 from training.tasks import task_data_cache
 from training.trainer import TrainConfig
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
+from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-STUDY_KEYS = {"variants", "tasks", "sizes", "seeds", "lrs", "train", "text", "about"}
-PRESET_KEYS = {"name", "about", "budget", "evidence", "train", "studies", "analysis", "signal", "speed"}
 
 # Corpora tried, in order, when a study needs text and no file was given: local copies of the real
 # corpora beside the project (../shared/data), then a small, fixed Hub dataset when the Hub can be reached
@@ -53,39 +51,6 @@ TEXT_SOURCES: dict[str, dict[str, Any]] = {
                   "local_about": "1,000 Yelp review sentences, UCI sentiment labelled sentences",
                   "hub_about": "1,000 Yelp reviews, a fixed sample of 500 per class from yelp_polarity's test split"},
 }
-
-
-# --------------------------------------------------------------------------- presets
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def load_preset(name_or_path: str | Path) -> dict[str, Any]:
-    """A preset by name (reproduce/presets/NAME.yaml) or path, checked for unknown keys."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        if str(name_or_path) not in preset_names():
-            raise ValueError(f"preset {str(name_or_path)!r} is not one of: {', '.join(preset_names())} (or a YAML path)")
-        path = PRESET_DIR / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ValueError(f"preset file not found: {path}")
-    try:
-        preset = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: cannot parse preset ({str(e).splitlines()[0]})") from None
-    if not isinstance(preset, dict) or "studies" not in preset:
-        raise ValueError(f"{path}: a preset is a mapping with 'studies' (and name, train, analysis, signal, speed)")
-    unknown = sorted(set(preset) - PRESET_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown preset keys {unknown}; allowed: {sorted(PRESET_KEYS)}")
-    for study, spec in preset["studies"].items():
-        bad = sorted(set(spec) - STUDY_KEYS)
-        if bad:
-            raise ValueError(f"{path}: study {study!r} has unknown keys {bad}; allowed: {sorted(STUDY_KEYS)}")
-        if spec.get("text") not in (None, *TEXT_SOURCES):
-            raise ValueError(f"{path}: study {study!r}: text={spec['text']!r} must be one of {sorted(TEXT_SOURCES)}")
-    preset.setdefault("name", path.stem)
-    return preset
 
 
 # --------------------------------------------------------------------------- text corpora
@@ -136,28 +101,25 @@ def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], N
 
 
 # --------------------------------------------------------------------------- the grid
-def preset_runs(preset: dict[str, Any], text: dict[str, TextChoice], out: Path | None = None) -> list[Run]:
+def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = None) -> list[Run]:
     """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out.
 
     Each config is checked by building its task. With `out` (the runs directory) a text study's corpus,
     tokenizer and tokens are built once, in the cache its runs use (out/<study>/.token_cache).
     """
     runs: list[Run] = []
-    base_train = dict(preset.get("train") or {})
-    for study, spec in preset["studies"].items():
-        tasks = _tasks_from_file(spec["tasks"])
-        if spec.get("text"):
-            choice = text[spec["text"]]
+    for study, spec in preset.studies.items():
+        tasks = _tasks_from_file(spec.tasks)
+        if spec.text:
+            choice = text[spec.text]
             if choice.skipped:
                 continue
             tasks = [(t, {**p, **choice.params}) for t, p in tasks]
         try:
-            with task_data_cache(None if out is None or not spec.get("text") else out / study / DATA_CACHE_DIR):
+            with task_data_cache(None if out is None or not spec.text else out / study / DATA_CACHE_DIR):
                 expanded = expand_grid(
-                    _as_list(spec.get("variants", ["all"])), tasks,
-                    [dict(s) for s in _as_list(spec.get("sizes", [{}]))],
-                    _as_list(spec.get("seeds", [0])), _as_list(spec.get("lrs", [1e-3])),
-                    {**base_train, **(spec.get("train") or {})},
+                    spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
+                    {**preset.train, **spec.train},
                 )
         except ValueError as e:
             raise ValueError(f"study {study!r}: {e}") from None
@@ -325,7 +287,7 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
 
 # --------------------------------------------------------------------------- the whole pipeline
 def reproduce(
-    preset: dict[str, Any],
+    preset: Preset,
     out: str | Path,
     report_dir: str | Path,
     figures_dir: str | Path,
@@ -345,14 +307,13 @@ def reproduce(
     started = time.time()
     timings: dict[str, float] = {}
 
-    needed = {spec["text"] for spec in preset["studies"].values() if spec.get("text")}
-    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check) for k in sorted(needed)}
+    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check) for k in sorted(preset.text_kinds())}
     for choice in text.values():
         log(("note: " if choice.skipped else "text: ") + choice.note)
     runs = preset_runs(preset, text, out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
-        "format": "mixit-lab/reproduce", "preset": preset["name"], "preset_contents": preset,
+        "format": "mixit-lab/reproduce", "preset": preset.name, "preset_contents": preset.to_dict(),
         "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in text.items()},
         "runs": [n for n, _ in runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "status": "running", "timings_s": timings, "workers": workers,
@@ -370,10 +331,10 @@ def reproduce(
 
     table = stage("train", lambda: train_stage(runs, out, workers, progress, log))
     options = {"n_seqs": 32, "seq_len": 32, "eval_samples": 256, "ablation": "mean", "seed": 0,
-               **(preset.get("analysis") or {})}
+               **preset.analysis}
     stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
-    stage("signal", lambda: signal_stage(preset.get("signal") or {}, out, log))
-    stage("speed", lambda: speed_stage(preset.get("speed") or {}, out, log))
+    stage("signal", lambda: signal_stage(preset.signal, out, log))
+    stage("speed", lambda: speed_stage(preset.speed, out, log))
 
     import figures
 

@@ -62,6 +62,26 @@ def test_bad_presets_are_one_line_errors(tmp_path):
     bad.write_text("studies: {a: {tasks: [addition], variants: [nope]}}\n")
     with pytest.raises(ValueError, match="study 'a': variant 'nope'"):
         preset_runs(load_preset(bad), {})
+    bad.write_text("studies: {a: {tasks: [addition]}}\nanalyis: {n_seqs: 8}\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: preset has unknown keys \['analyis'\]; allowed: .*'analysis'"):
+        load_preset(bad)
+    bad.write_text("studies: {a: {tasks: [addition], text: poems}}\n")
+    with pytest.raises(ValueError, match="study 'a': text='poems' must be one of"):
+        load_preset(bad)
+
+
+def test_a_preset_is_typed_data_with_the_file_defaults(tmp_path):
+    from reproduce.preset import Preset
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("train: {steps: 7}\nstudies: {a: {tasks: addition, seeds: 3}}\n")
+    preset = load_preset(path)
+    assert preset.name == "mine" and preset.train == {"steps": 7}
+    study = preset.studies["a"]
+    assert study.tasks == ["addition"] and study.seeds == [3] and study.variants == ["all"] and study.text is None
+    assert Preset.from_dict(preset.to_dict()) == preset  # what reproduce.json records reads back
+    quick = load_preset("quick")
+    assert quick.text_kinds() == {"lm", "sentiment"} and all(s.tasks for s in quick.studies.values())
 
 
 def test_text_corpus_choice(tmp_path, monkeypatch):
