@@ -29,6 +29,7 @@ if str(HERE) not in sys.path:  # `streamlit run app.py` from a source checkout
     sys.path.insert(0, str(HERE))
 
 from analysis import explore as ex  # noqa: E402
+from figures import figures_for_group  # noqa: E402
 from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, variant_label  # noqa: E402
 
 VIEWS = ("Runs", "Run", "Attention", "Heads", "Compare", "Predict")
@@ -346,7 +347,7 @@ def view_run(root: Path, runs: pd.DataFrame) -> None:
             with st.expander("analysis.json summary"):
                 st.json(analysis.get("summary", {}))
     with tabs[4]:
-        links = ex.figure_links(root, row["group"] or None)
+        links = ex.figure_links(root, figures_for_group(row["group"] or None))
         if not links:
             st.info("No figures recorded for this run: `mixit figures` (or `mixit reproduce`) draws them from a "
                     "runs directory, and `mixit reproduce` records where in reproduce.json.")

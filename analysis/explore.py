@@ -54,17 +54,6 @@ HEAD_SCORES = {
     "duplicate_token": "duplicate-token",
     "current_token": "current-token",
 }
-# Which of `mixit figures`' figures draw on a run, by its group (the README's figures table).
-FIGURES_BY_GROUP = {
-    "algorithmic": ["task_accuracy"],
-    "retrieval": ["task_accuracy", "retrieval_pairs", "attention_maps"],
-    "khop": ["task_accuracy", "induction_heads"],
-    "sentiment": ["task_accuracy"],
-    "memorize": ["memorization"],
-    "lm": ["lm_curves"],
-    "depth": ["depth_accuracy"],
-}
-ROOT_FIGURES = ["signal_depth", "speed"]
 
 
 class OutsideRoot(ValueError):
@@ -541,8 +530,8 @@ class FigureLink:
     readable: bool  # the file lies under the runs directory and exists, so the explorer may show it
 
 
-def figure_links(root: Path, group: str | None = None) -> list[FigureLink]:
-    """The reproduce figures that draw on runs of `group` (all with None) and the root-level ones.
+def figure_links(root: Path, names: list[str]) -> list[FigureLink]:
+    """Where `mixit reproduce` drew the figures `names` (e.g. figures.figures_for_group(a run's group)).
 
     Paths come from reproduce.json's figures_dir_resolved. Files outside the runs directory are
     listed but never opened (nor checked for existence).
@@ -551,10 +540,6 @@ def figure_links(root: Path, group: str | None = None) -> list[FigureLink]:
     if not manifest or not manifest.get("figures_dir_resolved"):
         return []
     fig_dir = Path(manifest["figures_dir_resolved"])
-    if group is None:
-        names = list(dict.fromkeys(n for ns in FIGURES_BY_GROUP.values() for n in ns)) + ROOT_FIGURES
-    else:
-        names = FIGURES_BY_GROUP.get(group, [])
     links = []
     for name in names:
         path = fig_dir / f"{name}.png"

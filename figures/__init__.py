@@ -6,7 +6,8 @@
 
 Each module (`python -m figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
 `plot(runs_dir) -> Figure`, raising `figures.common.NoData` when the directory has nothing for
-it. Figures only read run directories and their analyses; they never train. Looks (variant names,
+it, and `GROUPS`, the study groups whose runs it draws (empty for a figure of the runs folder's
+own data, such as signal/signal.csv); `figures_for_group` answers from them. Figures only read run directories and their analyses; they never train. Looks (variant names,
 colours, fonts, sizes) come from figures.style.
 """
 
@@ -39,6 +40,13 @@ def __getattr__(name: str):
         globals()["FIGURES"] = figures
         return figures
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def figures_for_group(group: str | None = None) -> list[str]:
+    """Names of the figures that draw runs of `group` (training.rundir.group_of a study), in FIGURE_NAMES
+    order; with None, every figure."""
+    modules = __getattr__("FIGURES") if "FIGURES" not in globals() else globals()["FIGURES"]
+    return [n for n in FIGURE_NAMES if group is None or group in modules[n].GROUPS]
 
 
 class FigureError(RuntimeError):
@@ -86,4 +94,4 @@ def make_all(
     return results
 
 
-__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "make_all"]
+__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "figures_for_group", "make_all"]

@@ -35,6 +35,7 @@ from .common import NoData, finished_runs, param
 from .style import COLUMN_WIDTH, DIVERGING_CMAP, new_figure, paper_style, variant_label
 
 NAME = "attention_maps"
+GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
 N_EVAL = 64  # eval rows used to choose the heads
 LABEL_TOKENS_UP_TO = 24  # token labels on the axes up to this many positions
 
@@ -112,8 +113,8 @@ def plot(runs_dir: Path) -> Figure:
 
     runs = finished_runs(runs_dir)
     runs = runs[runs["task"] == "retrieval"]
-    if (runs["group"] == "retrieval").any():
-        runs = runs[runs["group"] == "retrieval"]
+    if runs["group"].isin(GROUPS).any():
+        runs = runs[runs["group"].isin(GROUPS)]
     runs = runs.assign(pairs=param(runs, "pairs"))
     fqk = _pick_run(runs, "frozen_qk", n_layers=2)
     if fqk is None:

@@ -20,13 +20,14 @@ from .common import (NoData, best_config, finished_runs, legend_above, plot_vari
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "depth_accuracy"
+GROUPS = ("depth",)  # the study groups it draws (training.rundir.group_of)
 MAX_PANELS = 4
 
 
 def plot(runs_dir: Path) -> Figure:
     runs = finished_runs(runs_dir)
     several_depths = runs.loc[runs["task"] == "addition", "n_layers"].nunique() > 1
-    runs = select_runs(runs, ["depth"], fallback=lambda r: (r["task"] == "addition") & several_depths,
+    runs = select_runs(runs, GROUPS, fallback=lambda r: (r["task"] == "addition") & several_depths,
                        what="runs of several depths")
     runs = best_config(runs, ["task_label", "variant", "n_layers"], "eval_acc")
     if runs.empty:

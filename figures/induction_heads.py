@@ -26,14 +26,15 @@ from .common import NoData, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label
 
 NAME = "induction_heads"
+GROUPS = ("khop",)  # the study groups it draws (training.rundir.group_of)
 ANNOTATE_UP_TO = 48  # write the score in each cell up to this many heads per panel
 
 
 def _analysed(runs_dir: Path) -> pd.DataFrame:
     runs = finished_runs(runs_dir)
     runs = runs[runs["has_analysis"].astype(bool)]
-    if (runs["group"] == "khop").any():
-        return runs[runs["group"] == "khop"]
+    if runs["group"].isin(GROUPS).any():
+        return runs[runs["group"].isin(GROUPS)]
     if runs.empty:
         raise NoData("no analysed runs (run `mixit analyze` on the khop runs)")
     per_task = runs.groupby("task")["variant"].nunique()

@@ -22,6 +22,7 @@ from .common import NoData, best_config, config_text, finished_runs, legend_abov
 from .style import COLUMN_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "lm_curves"
+GROUPS = ("lm",)  # the study groups it draws (training.rundir.group_of)
 
 
 def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:
@@ -38,7 +39,7 @@ def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:
 
 def plot(runs_dir: Path) -> Figure:
     runs = finished_runs(runs_dir)
-    runs = select_runs(runs, ["lm"], fallback=lambda r: r["task"] == "lm", what="language-modeling runs")
+    runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "lm", what="language-modeling runs")
     runs = best_config(runs[runs["task"] == "lm"], ["variant"], "eval_loss", higher_is_better=False)
     curves = eval_curves(runs)
     if curves.empty:

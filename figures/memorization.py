@@ -26,6 +26,7 @@ from .common import (NoData, best_config, finished_runs, legend_above, param, pl
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "memorization"
+GROUPS = ("memorize",)  # the study groups it draws (training.rundir.group_of)
 
 
 def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +45,7 @@ def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def plot(runs_dir: Path) -> Figure:
     runs = finished_runs(runs_dir)
-    runs = select_runs(runs, ["memorize"], fallback=lambda r: r["task"] == "memorize", what="memorize runs")
+    runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "memorize", what="memorize runs")
     runs = memory_table(runs[runs["task"] == "memorize"])
     runs = best_config(runs[runs["keys"].notna()], ["variant", "keys"], "accuracy")
     if runs.empty:

@@ -18,11 +18,12 @@ from .common import (NoData, best_config, finished_runs, legend_above, param, pl
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
 NAME = "retrieval_pairs"
+GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
 
 
 def plot(runs_dir: Path) -> Figure:
     runs = finished_runs(runs_dir)
-    runs = select_runs(runs, ["retrieval"], fallback=lambda r: r["task"] == "retrieval", what="retrieval runs")
+    runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "retrieval", what="retrieval runs")
     runs = runs[runs["task"] == "retrieval"]
     runs = runs.assign(pairs=param(runs, "pairs"))
     runs = best_config(runs[runs["pairs"].notna()], ["variant", "pairs"], "eval_acc")

@@ -25,6 +25,7 @@ from .common import NoData, legend_above, value_ticks
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "signal_depth"
+GROUPS = ()  # draws RUNS_DIR/signal/signal.csv, not runs
 SIGNAL_FILE = Path(rundir.SIGNAL_FILE)
 REQUIRED = {"variant", "d_model", "depth", "layer", "cosine", "covariance"}
 

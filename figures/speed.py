@@ -23,6 +23,7 @@ from .common import NoData
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "speed"
+GROUPS = ()  # draws RUNS_DIR/speed/speed.csv, not runs
 SPEED_FILE = Path(rundir.SPEED_FILE)
 SETTING = ["device", "d_model", "n_layers", "n_heads", "seq_len", "batch_size"]
 REQUIRED = {"variant", "tokens_per_s", "relative_to_standard"}

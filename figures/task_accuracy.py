@@ -22,7 +22,7 @@ from .common import (NoData, best_config, finished_runs, legend_above, seed_erro
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "task_accuracy"
-GROUPS = ("algorithmic", "retrieval", "khop", "sentiment")
+GROUPS = ("algorithmic", "retrieval", "khop", "sentiment")  # the study groups it draws (training.rundir.group_of)
 CHAR_WIDTH = 0.06  # inches per character of a 7 pt tick label (with some room between labels)
 
 

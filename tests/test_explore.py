@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from analysis import explore as ex
+from figures import FIGURE_NAMES, figures_for_group
 from analysis.heads import head_scores
 from models import load_model
 from models.checkpoint import CheckpointError
@@ -131,13 +132,21 @@ def test_a_run_file_linked_to_outside_is_not_read(explorer_runs, tmp_path):
         ex.read_run_info(ex.open_root(tmp_path / "runs"), runs_dir)
 
 
+def test_each_figure_declares_the_groups_it_draws():
+    assert figures_for_group("retrieval") == ["task_accuracy", "retrieval_pairs", "attention_maps"]
+    assert figures_for_group("khop") == ["task_accuracy", "induction_heads"]
+    assert figures_for_group("lm") == ["lm_curves"] and figures_for_group("nope") == []
+    assert set(figures_for_group(None)) == set(FIGURE_NAMES)
+    assert not any(figures_for_group(g) for g in ("signal", "speed"))  # drawn from the folder, not from runs
+
+
 def test_figures_outside_the_root_are_listed_not_opened(root, tmp_path):
-    links = {link.name: link for link in ex.figure_links(root, "retrieval")}
+    links = {link.name: link for link in ex.figure_links(root, figures_for_group("retrieval"))}
     assert links["retrieval_pairs"].readable  # inside the runs directory, present
     assert not links["task_accuracy"].readable  # inside, but not drawn
     (tmp_path / "reproduce.json").write_text(json.dumps({"figures_dir_resolved": str(root / "figures")}))
     (tmp_path / "run").mkdir()
-    outside = ex.figure_links(ex.open_root(tmp_path), "retrieval")
+    outside = ex.figure_links(ex.open_root(tmp_path), figures_for_group("retrieval"))
     assert [link.name for link in outside] == ["task_accuracy", "retrieval_pairs", "attention_maps"]
     assert not any(link.readable for link in outside)
 
