@@ -6,6 +6,6 @@
     from analysis.signal import signal_propagation    # per variant x width x depth x layer: token cosine and covariance
     from analysis.ablation import head_ablation       # per head: loss / accuracy change when it is ablated
 
-`mixit analyze CHECKPOINT...` (analysis.cli) runs all that apply to a checkpoint and caches the
+`mixit analyze CHECKPOINT...` (analysis.analyze.analyze_checkpoint) runs all that apply to a checkpoint and caches the
 results by the checkpoint's hash. Submodules are imported on use, so `import analysis` is cheap.
 """

@@ -1,7 +1,17 @@
 """`python -m figures RUNS_DIR [--out DIR] [--only NAME ...]`: the same as `mixit figures`."""
 
+import argparse
 import sys
+from pathlib import Path
 
-from training.cli import main
+from figures import FIGURE_NAMES
+from figures.common import draw_and_list
 
-sys.exit(main(["figures", *sys.argv[1:]]))
+parser = argparse.ArgumentParser(prog="python -m figures", description="Draw the figures of a directory of runs.")
+parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
+parser.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
+parser.add_argument("--only", nargs="+", choices=FIGURE_NAMES, metavar="NAME", help=", ".join(FIGURE_NAMES))
+args = parser.parse_args()
+if not args.runs_dir.is_dir():
+    parser.error(f"RUNS_DIR {args.runs_dir} is not a directory")
+sys.exit(draw_and_list(args.runs_dir, args.out, args.only))

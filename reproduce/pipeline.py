@@ -26,6 +26,7 @@ from typing import Any, Callable
 import pandas as pd
 from tqdm.auto import tqdm
 
+from analysis.analyze import AnalysisOptions
 from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
     is_run_dir, read_run_info, read_summary, write_json, write_runs_table,
@@ -154,8 +155,8 @@ def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 # --------------------------------------------------------------------------- workers
-def _analyze_job(job: tuple[str, str, dict]) -> dict[str, Any]:
-    from analysis.cli import analyze_checkpoint
+def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
+    from analysis.analyze import analyze_checkpoint
 
     name, run_dir, options = job
     try:
@@ -208,7 +209,7 @@ def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: C
     return pd.DataFrame(ordered)
 
 
-def analysis_stage(runs: list[Run], out: Path, options: dict, workers: int, progress: bool,
+def analysis_stage(runs: list[Run], out: Path, options: AnalysisOptions, workers: int, progress: bool,
                    log: Callable[[str], None]) -> dict[str, int]:
     """`mixit analyze` every finished run (cached by checkpoint hash, so reruns cost a hash each)."""
     jobs = [(n, str(out / n), options) for n, _ in runs
@@ -330,8 +331,7 @@ def reproduce(
         return result
 
     table = stage("train", lambda: train_stage(runs, out, workers, progress, log))
-    options = {"n_seqs": 32, "seq_len": 32, "eval_samples": 256, "ablation": "mean", "seed": 0,
-               **preset.analysis}
+    options = AnalysisOptions.from_dict(preset.analysis)
     stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
     stage("signal", lambda: signal_stage(preset.signal, out, log))
     stage("speed", lambda: speed_stage(preset.speed, out, log))

@@ -90,7 +90,7 @@ def explorer_runs(tmp_path_factory) -> dict:
     import shutil
     import warnings
 
-    from analysis.cli import analyze_checkpoint
+    from analysis.analyze import analyze_checkpoint
     from analysis.signal import signal_propagation
     from training.benchmark import measure_throughput
 

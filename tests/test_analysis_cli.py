@@ -11,7 +11,7 @@ import analysis.heads
 from analysis.common import checkpoint_hash
 from models import ModelConfig, build_model, load_model
 from training import TrainConfig, train
-from training.cli import main
+from cli.main import main
 
 SMALL = ["--n-seqs", "4", "--eval-samples", "32"]
 
@@ -195,6 +195,6 @@ def test_analyze_text_runs_language_model_and_classifier(tmp_path, capsys, gener
 
 
 def test_python_m_entry_point_reports_analyze_errors_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "training.cli", "analyze", str(tmp_path / "missing")],
+    done = subprocess.run([sys.executable, "-m", "cli", "analyze", str(tmp_path / "missing")],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 2 and done.stderr.strip() == f"mixit analyze: error: {tmp_path / 'missing'}: no such file or directory"

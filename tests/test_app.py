@@ -281,10 +281,10 @@ def test_predict_view_of_a_classifier(app):
 
 # --------------------------------------------------------------------------- mixit app
 def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, monkeypatch):
-    from analysis import app_cli
-    from training.cli import COMMAND_MODULES, main
+    from cli import app as app_cli
+    from cli.main import COMMAND_MODULES, main
 
-    assert COMMAND_MODULES[-1] == "analysis.app_cli"
+    assert COMMAND_MODULES[-1] is app_cli
     launched = []
     monkeypatch.setattr(app_cli.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     assert main(["app", str(explorer_runs["root"]), "--port", "8765", "--headless"]) == 0
@@ -297,8 +297,8 @@ def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, monkeypatc
 @pytest.mark.parametrize("args, message", [(["nowhere"], "runs directory 'nowhere' does not exist"),
                                            (["ROOT", "--port", "0"], "--port=0 must lie in 1..65535")])
 def test_mixit_app_bad_input_is_one_line(explorer_runs, monkeypatch, capsys, args, message):
-    from analysis import app_cli
-    from training.cli import main
+    from cli import app as app_cli
+    from cli.main import main
 
     monkeypatch.setattr(app_cli.subprocess, "call", lambda cmd: pytest.fail("must not launch"))
     args = [str(explorer_runs["root"]) if a == "ROOT" else a for a in args]
@@ -308,8 +308,8 @@ def test_mixit_app_bad_input_is_one_line(explorer_runs, monkeypatch, capsys, arg
 
 
 def test_mixit_app_without_app_py_says_where_it_runs(tmp_path):
-    from analysis.app_cli import streamlit_command
-    from training.cli import CLIError
+    from cli.app import streamlit_command
+    from cli.main import CLIError
 
     with pytest.raises(CLIError, match="editable install"):
         streamlit_command(tmp_path, app=tmp_path / "app.py")

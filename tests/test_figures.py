@@ -20,7 +20,7 @@ from models import VARIANTS
 from training import TrainConfig, train
 from training.benchmark import COLUMNS as SPEED_COLUMNS
 from training.benchmark import measure_throughput
-from training.cli import main
+from cli.main import main
 
 # Tiny runs see a lot of their eval set in the first batch; the trainer's warning about it is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:TrainStream:UserWarning")
@@ -41,7 +41,7 @@ def _train(root: Path, group: str, task: str, params: dict, variant: str, n_laye
 
 
 def _analyze(run: Path) -> None:
-    from analysis.cli import analyze_checkpoint
+    from analysis.analyze import analyze_checkpoint
 
     options = {"n_seqs": 4, "seq_len": 4, "eval_samples": 8, "ablation": "none", "seed": 0}
     analyze_checkpoint(run, run / "analysis", options, device="cpu")

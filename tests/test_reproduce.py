@@ -388,7 +388,7 @@ def test_induction_table_reads_the_task_aligned_summary(tmp_path):
 # --------------------------------------------------------------------------- end to end
 def _reproduce_cmd(tmp_path: Path, corpora: dict[str, Path]) -> list[str]:
     """The smoke preset on the generated corpora (tests/corpora.py): the text studies run without ../shared."""
-    return [sys.executable, "-m", "training.cli", "reproduce", "--preset", "smoke", "--workers", "2", "--quiet",
+    return [sys.executable, "-m", "cli", "reproduce", "--preset", "smoke", "--workers", "2", "--quiet",
             "--out", str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report"),
             "--figures-dir", str(tmp_path / "figs"),
             "--text-file", str(corpora["lm"]), "--sentiment-file", str(corpora["sentiment"])]

@@ -26,7 +26,7 @@ import training.text as text
 import training.trainer as trainer_mod
 from models import VARIANTS, ModelConfig, build_model, load_model
 from training import TrainConfig, get_task, train
-from training.cli import main
+from cli.main import main
 from training.sweep import run_name
 from training.tasks import task_data_cache
 

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 import training.trainer as trainer_mod
 from models import load_model
 from training import TrainConfig, TrainingDiverged, evaluate, train
-from training.cli import main
+from cli.main import main
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=32, n_layers=1, n_heads=4, batch_size=32,
             lr=3e-3, eval_every=10, eval_samples=200, log_every=5)
@@ -190,7 +190,7 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path, capsys):
 
 
 def test_mixit_console_script_exit_status(tmp_path):
-    exe = [sys.executable, "-m", "training.cli"]
+    exe = [sys.executable, "-m", "cli"]
     bad = subprocess.run(exe + ["train", "--task", "addition", "--variant", "nah", "--out", str(tmp_path / "r")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nah" in bad.stderr

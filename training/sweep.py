@@ -15,7 +15,6 @@ unfinished ones resume, and `summary.csv` collects one row per run.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import multiprocessing as mp
@@ -117,63 +116,58 @@ def expand_grid(
     return runs
 
 
-def grid_from_args(args: argparse.Namespace, argv: Sequence[str]) -> list[Run]:
-    """Combine a grid file (if any) with command-line options; explicit options win."""
-    from .cli import task_parameters
+GRID_OVERRIDES = ("variants", "tasks", "seeds", "sizes", "lrs", "train", "task_options")
 
-    grid = load_grid_file(args.grid) if args.grid else {}
-    given = {a.split("=")[0] for a in argv if a.startswith("--")}
 
-    variants = args.variants or _as_list(grid.get("variants", ["all"]))
-    if args.tasks:
-        for t in args.tasks:
+def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None) -> list[Run]:
+    """The runs of a grid file (if any) with `overrides` on top; what neither gives takes TrainConfig's defaults.
+
+    overrides (each optional): variants, tasks (names), seeds, sizes ([{d_model, n_layers, n_heads}]),
+    lrs, train (TrainConfig fields), task_options ({parameter: [alternatives]}: each task is expanded
+    over the product of the alternatives of the parameters it takes; a list-valued parameter such
+    as text_file is one alternative holding the list).
+    """
+    from .tasks import task_parameters
+
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(GRID_OVERRIDES))
+    if unknown:
+        raise ValueError(f"unknown grid override(s) {unknown}; allowed: {list(GRID_OVERRIDES)}")
+    grid = load_grid_file(Path(grid_file)) if grid_file else {}
+    defaults = TrainConfig()
+
+    variants = overrides.get("variants") or _as_list(grid.get("variants", ["all"]))
+    if overrides.get("tasks"):
+        for t in overrides["tasks"]:
             if t not in TASKS:
                 raise ValueError(f"task {t!r} is not one of: {', '.join(TASKS)}")
-        tasks = [(t, {}) for t in args.tasks]
+        tasks = [(t, {}) for t in overrides["tasks"]]
     elif "tasks" in grid:
         tasks = _tasks_from_file(grid["tasks"])
     else:
         raise ValueError("no tasks: pass --tasks or put 'tasks' in the grid file")
 
-    # Task parameter options: expand each task over the product of the values that apply to it.
-    # A list-valued parameter (e.g. --text-file a b) is one value of the grid, not alternatives.
-    options = {
-        name: [value] if opt.many else value
-        for name, opt in task_parameters().items()
-        if (value := getattr(args, f"task_{name}"))
-    }
+    params = task_parameters()
+    options = overrides.get("task_options") or {}
     for name in options:
-        if not any(name in task_parameters() and t in task_parameters()[name][1] for t, _ in tasks):
+        if name not in params or not any(t in params[name].tasks for t, _ in tasks):
             raise ValueError(f"--{name.replace('_', '-')} does not apply to any of the tasks {[t for t, _ in tasks]}")
     expanded = []
-    for task, params in tasks:
-        mine = {k: v for k, v in options.items() if task in task_parameters()[k][1]}
+    for task, task_params in tasks:
+        mine = {k: v for k, v in options.items() if task in params[k].tasks}
         for values in itertools.product(*mine.values()):
-            expanded.append((task, {**params, **dict(zip(mine, values))}))
+            expanded.append((task, {**task_params, **dict(zip(mine, values))}))
 
-    if "--d-model" in given or "--n-layers" in given or "--n-heads" in given or "sizes" not in grid:
-        sizes = [
-            {"d_model": d, "n_layers": l, "n_heads": h}
-            for d, l, h in itertools.product(args.d_model, args.n_layers, args.n_heads)
-        ]
+    if "sizes" in overrides or "sizes" not in grid:
+        sizes = overrides.get("sizes") or [
+            {"d_model": defaults.d_model, "n_layers": defaults.n_layers, "n_heads": defaults.n_heads}]
     else:
         sizes = [dict(s) for s in _as_list(grid["sizes"])]
-    seeds = args.seeds or _as_list(grid.get("seeds", [0]))
-    lrs = args.lr if ("--lr" in given or "lrs" not in grid) else _as_list(grid["lrs"])
-
-    train_fields = dict(grid.get("train", {}))
-    cli_fields = {
-        "steps": args.steps, "batch_size": args.batch_size, "warmup_steps": args.warmup_steps,
-        "weight_decay": args.weight_decay, "grad_clip": args.grad_clip, "eval_every": args.eval_every,
-        "eval_samples": args.eval_samples, "checkpoint_every": args.checkpoint_every, "device": args.device,
-        "compile": args.compile,
-    }
-    flag = {k: "--" + k.replace("_", "-") for k in cli_fields}
-    for key, value in cli_fields.items():
-        if flag[key] in given or key not in train_fields:
-            train_fields[key] = value
-    if args.bidirectional:
-        train_fields["model_extra"] = {**train_fields.get("model_extra", {}), "causal": False}
+    seeds = overrides.get("seeds") or _as_list(grid.get("seeds", [0]))
+    lrs = overrides.get("lrs") or _as_list(grid.get("lrs", [defaults.lr]))
+    train_fields = {**grid.get("train", {}), **overrides.get("train", {})}
+    if "model_extra" in grid.get("train", {}) and "model_extra" in overrides.get("train", {}):
+        train_fields["model_extra"] = {**grid["train"]["model_extra"], **overrides["train"]["model_extra"]}
     return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields)
 
 

@@ -37,10 +37,12 @@ import contextlib
 import inspect
 import math
 import numbers
+import types
+import typing
 import warnings
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 import torch
 
@@ -647,6 +649,39 @@ def get_task(name: str, **params: Any) -> Task:
 
 
 # --------------------------------------------------------------------------- training stream
+class TaskOption(NamedTuple):
+    """A task constructor parameter, as the command line and sweeps see it."""
+
+    type: type  # of one value
+    tasks: list[str]  # the tasks that take it
+    many: bool  # a list-valued parameter (e.g. text_file)
+
+
+def _option_type(param: inspect.Parameter, hints: dict[str, Any]) -> tuple[type, bool]:
+    """(value type, is a list) of a constructor parameter, from its annotation (else its default)."""
+    hint = hints.get(param.name)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None -> X
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) in (list, tuple):
+        return (typing.get_args(hint) or (str,))[0], True
+    if isinstance(hint, type):
+        return hint, False
+    return (type(param.default) if param.default not in (None, inspect.Parameter.empty) else int), False
+
+
+def task_parameters() -> dict[str, TaskOption]:
+    """Every task constructor parameter: name -> TaskOption(type, tasks that take it, many)."""
+    params: dict[str, TaskOption] = {}
+    for task_name, cls in TASKS.items():
+        hints = typing.get_type_hints(cls.__init__)
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if p.kind is inspect.Parameter.KEYWORD_ONLY:
+                continue  # not a task parameter (e.g. where to cache data)
+            kind, many = _option_type(p, hints)
+            params.setdefault(p.name, TaskOption(kind, [], many)).tasks.append(task_name)
+    return params
+
+
 class TrainStream:
     """Endless, resumable stream of training batches that never yields an eval row.
 

@@ -1,9 +1,13 @@
-"""The `mixit` command line. This module is the one place where subcommands are wired together.
+"""The `mixit` command line: the parser, `CLIError` and the exit codes. The top layer: it may import
+every package, and none imports it.
 
-`mixit train` and `mixit sweep` live here. Other packages add subcommands by exposing a
-`register(subparsers)` function in a module listed in `COMMAND_MODULES`; each subcommand's
-parser sets `handler=fn` with `fn(args) -> int` (its exit status). Heavy imports happen inside
-handlers, so `mixit --help` stays fast.
+`mixit train` and `mixit sweep` live here. Every other subcommand is a module of this package
+listed in `COMMAND_MODULES` that exposes `register(subparsers)`; each subcommand's parser sets
+`handler=fn` with `fn(args) -> int` (its exit status). Library code raises ordinary exceptions
+(ValueError, FileNotFoundError, ...); handlers turn the user's mistakes into CLIError. Heavy imports
+happen inside handlers, so `mixit --help` stays fast.
+
+The exit codes are in cli.common.
 
 Task parameters become options automatically from the task registry (e.g. `--digits` for
 addition, `--pairs` for retrieval, `--text-file` for lm); an option that the chosen task does not
@@ -14,60 +18,21 @@ Every error is one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import argparse
-import inspect
+import itertools
 import sys
-import types
-import typing
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 from models import VARIANTS
+from training.rundir import DATA_CACHE_DIR, RUNS_SUMMARY
+from training.tasks import TASKS, task_data_cache, task_parameters
+from training.trainer import TrainConfig, TrainingDiverged, train
 
-from .tasks import DATA_CACHE_DIR, TASKS, task_data_cache
-from .trainer import TrainConfig, TrainingDiverged, train
+from . import analyze, app, figures, reproduce
+from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser
 
 DEFAULTS = TrainConfig()
-COMMAND_MODULES: list[str] = ["analysis.cli", "figures.cli", "reproduce.cli", "analysis.app_cli"]  # each provides register(subparsers)
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but errors are a single line that points at --help."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise CLIError(f"{self.prog}: error: {message} (see {self.prog} --help)")
-
-
-class TaskOption(NamedTuple):
-    type: type  # of one value
-    tasks: list[str]  # the tasks that take it
-    many: bool  # a list-valued parameter (e.g. text_file)
-
-
-def _option_type(param: inspect.Parameter, hints: dict[str, Any]) -> tuple[type, bool]:
-    """(value type, is a list) of a constructor parameter, from its annotation (else its default)."""
-    hint = hints.get(param.name)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None -> X
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    if typing.get_origin(hint) in (list, tuple):
-        return (typing.get_args(hint) or (str,))[0], True
-    if isinstance(hint, type):
-        return hint, False
-    return (type(param.default) if param.default not in (None, inspect.Parameter.empty) else int), False
-
-
-def task_parameters() -> dict[str, TaskOption]:
-    """Every task constructor parameter: name -> TaskOption(type, tasks that take it, many)."""
-    params: dict[str, TaskOption] = {}
-    for task_name, cls in TASKS.items():
-        hints = typing.get_type_hints(cls.__init__)
-        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-            kind, many = _option_type(p, hints)
-            params.setdefault(p.name, TaskOption(kind, [], many)).tasks.append(task_name)
-    return params
+COMMAND_MODULES = (analyze, figures, reproduce, app)  # after train and sweep; each provides register(subparsers)
 
 
 def _add_task_options(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -140,6 +105,29 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
         raise CLIError(str(e)) from None
 
 
+def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """What the sweep's options say, for training.sweep.build_grid: only the options given explicitly
+    override the grid file; without a grid file, the defaults shown in --help apply."""
+    given = {a.split("=")[0] for a in argv if a.startswith("--")}
+    out: dict[str, Any] = {"variants": args.variants, "tasks": args.tasks, "seeds": args.seeds}
+    out["task_options"] = {
+        name: [value] if opt.many else value
+        for name, opt in task_parameters().items()
+        if (value := getattr(args, f"task_{name}"))
+    }
+    if given & {"--d-model", "--n-layers", "--n-heads"} or args.grid is None:
+        out["sizes"] = [{"d_model": d, "n_layers": n, "n_heads": h}
+                        for d, n, h in itertools.product(args.d_model, args.n_layers, args.n_heads)]
+    if "--lr" in given or args.grid is None:
+        out["lrs"] = args.lr
+    fields = ("steps", "batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every", "eval_samples",
+              "checkpoint_every", "device", "compile")
+    out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
+    if args.bidirectional:
+        out["train"]["model_extra"] = {"causal": False}
+    return {k: v for k, v in out.items() if v}
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="mixit", description="MixiT Lab: train and analyse Transformer variants.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -169,10 +157,8 @@ def build_parser() -> OneLineParser:
     _add_training_options(s, many=True)
     _add_task_options(s, many=True)
 
-    import importlib
-
     for module in COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+        module.register(sub)
     return parser
 
 
@@ -198,11 +184,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import grid_from_args, run_sweep
+    from training.sweep import build_grid, run_sweep
 
     try:
         with task_data_cache(args.out / DATA_CACHE_DIR):  # shared by the runs, which live in args.out
-            runs = grid_from_args(args, args.argv)
+            runs = build_grid(args.grid, _grid_overrides(args, args.argv))
     except ValueError as e:
         raise CLIError(str(e)) from None
     if args.dry_run:
@@ -216,8 +202,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                if c in summary]
     print(summary[columns].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     failed = (summary["status"] != "finished").sum()
-    print(f"{len(summary)} runs ({failed} not finished); summary in {args.out / 'summary.csv'}")
-    return 1 if failed else 0
+    print(f"{len(summary)} runs ({failed} not finished); summary in {args.out / RUNS_SUMMARY}")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,23 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
-            return 2
+            return EXIT_USAGE
         args.argv = argv
         return args.handler(args)
     except CLIError as e:
         print(e, file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except (TrainingDiverged, ValueError, FileNotFoundError) as e:
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("mixit: interrupted; rerun with --resume to continue from the last checkpoint", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    # Under `python -m training.cli` this file is `__main__`, a second copy of `training.cli`: run the
-    # importable module's main, so that the CLIError raised by subcommand modules is the one it catches.
-    from training.cli import main as _main
-
-    sys.exit(_main())
+        return EXIT_INTERRUPTED

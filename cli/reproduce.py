@@ -1,13 +1,15 @@
-"""`mixit reproduce`: registered on the `mixit` command line by training.cli (COMMAND_MODULES)."""
+"""`mixit reproduce`: a preset through training, analysis, figures and the report (reproduce.pipeline)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from .common import CLIError
+
 
 def register(subparsers) -> None:
-    from .pipeline import preset_names
+    from reproduce.preset import preset_names
 
     p = subparsers.add_parser(
         "reproduce",
@@ -33,9 +35,7 @@ def register(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from training.cli import CLIError
-
-    from .pipeline import choose_text, load_preset, preset_runs, reproduce
+    from reproduce.pipeline import choose_text, load_preset, preset_runs, reproduce
 
     try:
         preset = load_preset(args.preset)

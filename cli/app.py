@@ -12,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .common import CLIError
+
 DEFAULT_DIR = Path("checkpoints")
 APP_FILE = Path(__file__).resolve().parent.parent / "app.py"
 
 
 def register(subparsers) -> None:
-    """Add the `app` subcommand to the `mixit` parser (called by training.cli)."""
+    """Add the `app` subcommand to the `mixit` parser (called by cli.main)."""
     p = subparsers.add_parser(
         "app",
         help="open the Streamlit explorer on a directory of runs",
@@ -33,8 +35,6 @@ def register(subparsers) -> None:
 
 def streamlit_command(runs: Path, port: int | None = None, headless: bool = False, app: Path = APP_FILE) -> list[str]:
     """The command line that serves app.py on `runs` (checked: the directory and app.py exist, the port is valid)."""
-    from training.cli import CLIError
-
     if not runs.is_dir():
         what = "is not a directory" if runs.exists() else "does not exist"
         raise CLIError(f"mixit app: error: runs directory {str(runs)!r} {what} "

@@ -1,0 +1,424 @@
+"""`analyze_checkpoint`: every analysis that applies to a checkpoint, written beside it and cached by its hash.
+
+For a checkpoint (a run directory from `mixit train`, its checkpoint/ subdirectory, or a bare
+checkpoint directory from `save_pretrained`) this writes a directory holding
+
+    analysis.json        metadata (checkpoint SHA-256, model, task, options, what was computed or
+                         skipped and why) and a summary of every table
+    heads.csv            analysis.heads.head_scores on repeated random sequences
+    in_context_loss.csv  loss per position on those sequences (models with an unembedding)
+    attention.csv        analysis.attention.attention_stats on the task's eval set (random tokens
+                         for a bare checkpoint)
+    signal.csv           analysis.signal.signal_propagation_model on the same inputs, for the
+                         checkpoint ("checkpoint") and the same config freshly initialised ("init")
+    memory.csv           analysis.memory.memorized_bits (memorize task only)
+    ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
+                         class loss and accuracy for classifiers)
+    task_induction.csv   analysis.heads.task_induction_scores on the same eval rows (khop runs only):
+                         per head, the attention mass on the positions holding each answer and a
+                         shuffled-source control; the summary adds chance, the positional ceiling
+                         and the head-ablation result of the top head
+
+The directory is replaced atomically. If it already holds an analysis of the same checkpoint files
+(config.json + model.safetensors, by SHA-256) with the same options, nothing is recomputed.
+
+Each analysis is an `Analysis` in `ANALYSES`: a name, `applies(context)` (None, or why it is skipped)
+and `run(context) -> AnalysisResult` (its tables and its summary). Adding one is a function pair
+and one line in ANALYSES; see docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE
+
+FORMAT = "mixit-lab/analysis"
+ANALYSIS_VERSION = 3  # bump when a definition changes, so cached results are recomputed
+ANALYSIS_SUBDIR = ANALYSIS_DIR
+ABLATION_METHODS = ("mean", "zero", "none")
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How `analyze_checkpoint` measures; the one set of defaults (`mixit analyze` and presets start here)."""
+
+    n_seqs: int = 64  # repeated sequences for head scores; inputs for attention and signal
+    seq_len: int = 64  # length of r in the head-score sequences [r, r] (capped at n_ctx / 2)
+    eval_samples: int = 512  # eval-set rows for head ablation and task-aligned induction
+    ablation: str = "mean"  # head ablation method: mean, zero or none
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, lo in (("n_seqs", 1), ("seq_len", 2), ("eval_samples", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"{name}={value!r} must be an integer >= {lo}")
+        if self.ablation not in ABLATION_METHODS:
+            raise ValueError(f"ablation={self.ablation!r} must be one of {', '.join(ABLATION_METHODS)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed={self.seed!r} must be an integer")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> AnalysisOptions:
+        """Options from a mapping (a preset's `analysis:` block); unknown keys are refused."""
+        data = dict(data or {})
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown analysis option(s) {unknown}; allowed: {allowed}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class AnalysisResult:
+    """What one analysis gives: tables (each written as NAME.csv) and a JSON-able summary."""
+
+    tables: dict[str, Any] = field(default_factory=dict)  # name -> pandas DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AnalysisContext:
+    """Everything an analysis may use: the model, the task (None for a bare checkpoint or a task that
+    cannot be rebuilt, with `task_note` saying why), the inputs, the options and the results so far."""
+
+    model: Any
+    task: Any
+    task_note: str | None
+    options: AnalysisOptions
+    inputs: Any  # [batch, pos] tokens for attention statistics and signal propagation
+    inputs_note: str
+    results: dict[str, AnalysisResult] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    name: str
+    applies: Callable[[AnalysisContext], str | None]  # None, or the reason it is skipped
+    run: Callable[[AnalysisContext], AnalysisResult]
+
+
+# --------------------------------------------------------------------------- the analyses
+def _always(ctx: AnalysisContext) -> str | None:
+    return None
+
+
+def _heads_applies(ctx: AnalysisContext) -> str | None:
+    if ctx.model.cfg.n_ctx // 2 < 2:
+        return f"n_ctx={ctx.model.cfg.n_ctx} is too short for repeated sequences [r, r] (needs n_ctx >= 4)"
+    return None
+
+
+def _heads(ctx: AnalysisContext) -> AnalysisResult:
+    """Head scores on repeated random sequences [r, r], as long as the context allows."""
+    from .heads import head_scores
+
+    seq_len = min(ctx.options.seq_len, ctx.model.cfg.n_ctx // 2)
+    df = head_scores(ctx.model, n_seqs=ctx.options.n_seqs, seq_len=seq_len, seed=ctx.options.seed)
+    tables = {"heads": df}
+    if df.attrs["loss_by_position"] is not None:
+        tables["in_context_loss"] = _loss_table(df.attrs["loss_by_position"], seq_len)
+    return AnalysisResult(tables, {
+        "seq_len": seq_len,
+        "top_induction": _head(df, "induction"),
+        "top_previous_token": _head(df, "previous_token"),
+        "chance": df.attrs["chance"],
+        "labels": df["label"].value_counts().to_dict(),
+        **{k: df.attrs[k] for k in ("loss_first_half", "loss_second_half", "in_context_drop")},
+    })
+
+
+def _attention(ctx: AnalysisContext) -> AnalysisResult:
+    from .attention import attention_stats
+
+    df = attention_stats(ctx.model, ctx.inputs)
+    return AnalysisResult({"attention": df}, {
+        "inputs": ctx.inputs_note,
+        "mean_entropy_normalized": float(df["entropy_normalized"].mean()),
+        "mean_sink_mass": float(df["sink_mass"].mean()),
+        "max_input_dependence": float(df["input_dependence"].max()),
+        "source": str(df["source"].iloc[0]),
+    })
+
+
+def _signal(ctx: AnalysisContext) -> AnalysisResult:
+    """Token similarity by layer, for the checkpoint and for the same config freshly initialised."""
+    from models import build_model
+
+    from .signal import signal_propagation_model
+
+    trained = signal_propagation_model(ctx.model, ctx.inputs)
+    init = signal_propagation_model(build_model(ctx.model.config).to(ctx.model.cfg.device), ctx.inputs)
+    return AnalysisResult({"signal": _concat({"checkpoint": trained, "init": init}, "state")}, {
+        "inputs": ctx.inputs_note,
+        "last_layer": {"checkpoint": trained.iloc[-1].drop("layer").to_dict(),
+                       "init": init.iloc[-1].drop("layer").to_dict()},
+    })
+
+
+def _memory_applies(ctx: AnalysisContext) -> str | None:
+    if ctx.task is not None and ctx.task.name == "memorize":
+        return None
+    return ctx.task_note or f"memorized bits apply to the memorize task, not {ctx.task.name!r}"
+
+
+def _memory(ctx: AnalysisContext) -> AnalysisResult:
+    from .memory import memorized_bits
+
+    df = memorized_bits(ctx.model, ctx.task)
+    return AnalysisResult({"memory": df}, df.iloc[0].to_dict())
+
+
+def _ablation_applies(ctx: AnalysisContext) -> str | None:
+    if ctx.options.ablation == "none":
+        return "--ablation none"
+    return ctx.task_note if ctx.task is None else None
+
+
+def _ablation(ctx: AnalysisContext) -> AnalysisResult:
+    from .ablation import head_ablation
+
+    # (tokens, mask) for next-token tasks; (tokens, attention mask, labels) for classification tasks.
+    batch = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
+    tokens, mask, labels = batch[0], batch[1], (batch[2] if len(batch) > 2 else None)
+    df = head_ablation(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
+    return AnalysisResult({"ablation": df}, {
+        "method": ctx.options.ablation,
+        "examples": int(tokens.shape[0]),
+        "baseline_loss": df.attrs["baseline_loss"],
+        "baseline_accuracy": df.attrs["baseline_accuracy"],
+        "top": df.head(3)[["layer", "head", "delta_loss", "delta_accuracy"]].to_dict("records"),
+    })
+
+
+def _task_induction_applies(ctx: AnalysisContext) -> str | None:
+    if ctx.task is not None and hasattr(ctx.task, "answer_sources"):
+        return None
+    return ctx.task_note or f"task-aligned induction applies to the khop task, not {ctx.task.name!r}"
+
+
+def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
+    from .heads import task_induction_scores
+
+    tokens = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))[0]
+    df = task_induction_scores(ctx.model, ctx.task, tokens)
+    ablation = ctx.results.get("ablation")
+    return AnalysisResult({"task_induction": df}, _task_induction_summary(
+        df, ablation.tables["ablation"] if ablation else None, ctx.options.ablation, ctx.task.name))
+
+
+# The registry, in the order they run (task_induction reads the ablation table).
+ANALYSES: tuple[Analysis, ...] = (
+    Analysis("heads", _heads_applies, _heads),
+    Analysis("attention", _always, _attention),
+    Analysis("signal", _always, _signal),
+    Analysis("memory", _memory_applies, _memory),
+    Analysis("ablation", _ablation_applies, _ablation),
+    Analysis("task_induction", _task_induction_applies, _task_induction),
+)
+
+
+# --------------------------------------------------------------------------- one checkpoint
+def analyze_checkpoint(
+    path: Path, out_dir: Path, options: AnalysisOptions | dict[str, Any] | None = None, device: str = "auto",
+    force: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """Analyse one checkpoint into out_dir. Returns ("cached" | "computed", analysis.json contents).
+
+    Raises FileNotFoundError / ValueError for a path that is not a checkpoint, FileExistsError if
+    out_dir exists and is not an earlier analysis (it is never replaced then).
+    """
+    import torch
+
+    from models import load_model
+    from models.files import atomic_directory, write_json
+    from training.trainer import pick_device, provenance
+
+    from .common import checkpoint_hash, find_checkpoint, random_tokens
+
+    if not isinstance(options, AnalysisOptions):
+        options = AnalysisOptions.from_dict(options)
+    options_json = options.to_dict()
+    out_dir = Path(out_dir)
+    ref = find_checkpoint(path)
+    digest = checkpoint_hash(ref.checkpoint)
+    previous = _read_previous(out_dir)
+    if (
+        not force
+        and previous is not None
+        and previous.get("checkpoint_sha256") == digest
+        and previous.get("analysis_version") == ANALYSIS_VERSION
+        and previous.get("options") == options_json
+        and all((out_dir / f).is_file() for f in previous.get("tables", {}).values())
+    ):
+        return "cached", previous
+    if not _is_replaceable(out_dir):
+        raise FileExistsError(f"refusing to replace {out_dir}: it exists and is not an earlier analysis")
+
+    started = time.perf_counter()
+    model = load_model(ref.checkpoint, device=pick_device(device))
+    task, task_note = _load_task(ref, model)
+    # Inputs for attention statistics and signal propagation: the task's eval set, else random tokens.
+    if task is not None:
+        inputs = task.eval_set(min(options.n_seqs, task.default_eval_size))[0]
+        inputs_note = f"first {inputs.shape[0]} rows of the {task.name} eval set, without a padding mask"
+    else:
+        n_ctx = model.cfg.n_ctx
+        inputs = random_tokens(model.cfg.d_vocab, options.n_seqs, n_ctx, options.seed)
+        inputs_note = f"{inputs.shape[0]} random sequences of {n_ctx} tokens"
+    ctx = AnalysisContext(model, task, task_note, options, inputs, inputs_note)
+    skipped: dict[str, str] = {}
+    for analysis in ANALYSES:
+        reason = analysis.applies(ctx)
+        if reason is None:
+            ctx.results[analysis.name] = analysis.run(ctx)
+        else:
+            skipped[analysis.name] = reason
+    tables = {name: df for r in ctx.results.values() for name, df in r.tables.items()}
+
+    info = ref.run_info()
+    result = {
+        "format": FORMAT,
+        "analysis_version": ANALYSIS_VERSION,
+        "checkpoint": str(path),
+        "checkpoint_sha256": digest,
+        "options": options_json,
+        "model": model.config.to_dict(),
+        "params": model.parameter_counts(),
+        "task": info.get("task") if info else None,
+        "computed": list(tables),
+        "skipped": skipped,
+        "tables": {name: f"{name}.csv" for name in tables},
+        "summary": {name: r.summary for name, r in ctx.results.items()},
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "device": str(model.cfg.device),
+        "versions": provenance([])["versions"],
+        "torch_threads": torch.get_num_threads(),
+    }
+    with atomic_directory(out_dir) as tmp:
+        for name, df in tables.items():
+            df.to_csv(tmp / f"{name}.csv", index=False)
+        write_json(tmp / ANALYSIS_FILE, _jsonable(result))
+    return "computed", _jsonable(result)
+
+
+# --------------------------------------------------------------------------- helpers
+def _read_previous(out_dir: Path) -> dict | None:
+    """The analysis.json in out_dir if it is one of ours, else None."""
+    try:
+        data = json.loads((out_dir / ANALYSIS_FILE).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _is_replaceable(out_dir: Path) -> bool:
+    """Only replace a directory that is missing, empty, or an earlier analysis."""
+    return not out_dir.exists() or (out_dir.is_dir() and (not any(out_dir.iterdir()) or _read_previous(out_dir)))
+
+
+def _load_task(ref, model) -> tuple[Any, str | None]:
+    """(task, None) for a run whose task can be rebuilt and fits the model, else (None, reason).
+
+    The task is rebuilt from the run's training config, as `training.train` builds it (text tasks
+    reuse the run's token cache); a text corpus that changed since training is refused.
+    """
+    from training import TrainConfig
+    from training.rundir import DATA_CACHE_DIR
+    from training.tasks import task_data_cache
+
+    info = ref.run_info()
+    if info is None:
+        return None, "bare checkpoint (no run.json): task-specific analyses skipped"
+    try:
+        with task_data_cache(ref.run_dir.parent / DATA_CACHE_DIR):
+            task = TrainConfig.from_dict(info["train"]).build_task()
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        return None, f"task of this run cannot be rebuilt ({e})"
+    saved = (info.get("task") or {}).get("data_fingerprint")
+    if saved is not None and saved != task.data_fingerprint:
+        return None, f"the {task.name} data differ from those the run was trained on"
+    if task.d_vocab != model.cfg.d_vocab or task.seq_len > model.cfg.n_ctx:
+        return None, (f"task {task.name!r} (d_vocab {task.d_vocab}, seq_len {task.seq_len}) does not fit the model "
+                      f"(d_vocab {model.cfg.d_vocab}, n_ctx {model.cfg.n_ctx})")
+    return task, None
+
+
+def _head(df, column: str) -> dict[str, Any]:
+    row = df.loc[df[column].idxmax()]
+    return {"layer": int(row["layer"]), "head": int(row["head"]), "score": float(row[column])}
+
+
+
+def _task_induction_summary(scores, ablation_df, method: str, task_name: str) -> dict[str, Any]:
+    """The head with the highest task-aligned induction score, its reference levels, and what ablating it costs.
+
+    `top` holds the head's layer, head, score and shuffled score (its mass on other sequences'
+    sources: what position alone explains); chance and positional are the task's reference levels.
+
+    The ablation comes from the head-ablation table (computed on the same eval rows): accuracy
+    with that head ablated and `accuracy_drop` = intact minus ablated accuracy (fractions; positive
+    = the head is needed). None when ablation was switched off (--ablation none).
+    """
+    top = _head(scores, "score")
+    top["shuffled"] = float(scores.loc[scores["score"].idxmax(), "shuffled"])
+    ablated = None
+    if ablation_df is not None:
+        row = ablation_df[(ablation_df["layer"] == top["layer"]) & (ablation_df["head"] == top["head"])].iloc[0]
+        ablated = {
+            "method": method,
+            "accuracy": float(row["accuracy"]),
+            "accuracy_drop": 0.0 - float(row["delta_accuracy"]),  # not -x: no "-0.0" in the JSON
+            "delta_loss": float(row["delta_loss"]),
+        }
+    return {
+        "inputs": f"first {scores.attrs['n_seqs']} rows of the {task_name} eval set",
+        "hops": scores.attrs.get("hops"),
+        "rows": scores.attrs["rows"],
+        "top": top,
+        "chance": scores.attrs["chance"],
+        "positional": scores.attrs["positional"],
+        "ablation": ablated,
+    }
+
+
+def _loss_table(loss_by_target: list[float], seq_len: int):
+    import pandas as pd
+
+    position = list(range(1, len(loss_by_target) + 1))
+    half = ["first" if t < seq_len else "boundary" if t == seq_len else "second" for t in position]
+    return pd.DataFrame({"position": position, "half": half, "loss": loss_by_target})
+
+
+def _concat(frames: dict, key: str):
+    import pandas as pd
+
+    return pd.concat([df.assign(**{key: name}) for name, df in frames.items()], ignore_index=True)[
+        [key, *next(iter(frames.values())).columns]
+    ]
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types (numpy scalars -> Python numbers, NaN -> None)."""
+    import math
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+

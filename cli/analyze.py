@@ -1,0 +1,120 @@
+"""`mixit analyze CHECKPOINT... [--out DIR]`: every analysis that applies to each checkpoint (analysis.analyze).
+
+Results go into RUN/analysis/ (or CHECKPOINT/analysis/ for a bare checkpoint), or into DIR/NAME/
+with --out DIR (NAME = the run or checkpoint directory's name; DIR/summary.csv then has one row per
+checkpoint). An analysis of unchanged checkpoint files with the same options is reused; --force
+recomputes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.analyze import ABLATION_METHODS, AnalysisOptions
+from training.rundir import ANALYSIS_DIR, RUNS_SUMMARY, atomic_file
+
+from .common import CLIError
+
+DEFAULTS = AnalysisOptions()
+
+
+def register(subparsers) -> None:
+    """Add the `analyze` subcommand to the `mixit` parser (called by cli.main)."""
+    p = subparsers.add_parser(
+        "analyze",
+        help="head scores, attention statistics, signal propagation, memorization and ablations of checkpoints",
+        description="Run every analysis that applies to each checkpoint; results are cached by checkpoint hash.",
+    )
+    p.set_defaults(handler=cmd_analyze)
+    p.add_argument("checkpoints", nargs="+", type=Path, metavar="CHECKPOINT",
+                   help="run directory (run.json + checkpoint/) or checkpoint directory (config.json + model.safetensors)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="write results to OUT/NAME/ (default: RUN/analysis/ or CHECKPOINT/analysis/)")
+    p.add_argument("--n-seqs", type=int, default=DEFAULTS.n_seqs, help="repeated sequences for head scores; inputs for attention/signal")
+    p.add_argument("--seq-len", type=int, default=DEFAULTS.seq_len, help="length of r in the head-score sequences [r, r] (capped at n_ctx/2)")
+    p.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples, help="eval-set rows for head ablation")
+    p.add_argument("--ablation", choices=ABLATION_METHODS, default=DEFAULTS.ablation, help="head ablation method")
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
+    p.add_argument("--force", action="store_true", help="recompute even if a cached analysis matches")
+
+
+def _options(args: argparse.Namespace) -> AnalysisOptions:
+    return AnalysisOptions(n_seqs=args.n_seqs, seq_len=args.seq_len, eval_samples=args.eval_samples,
+                           ablation=args.ablation, seed=args.seed)
+
+
+def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[str, Any]:
+    s = result["summary"]
+    top = s.get("heads", {}).get("top_induction")
+    aligned = s.get("task_induction") or {}
+    aligned_top, aligned_ablation = aligned.get("top"), aligned.get("ablation") or {}
+    ablated = (s.get("ablation", {}).get("top") or [None])[0]
+    return {
+        "checkpoint": name,
+        "variant": result["model"]["variant"],
+        "task": (result["task"] or {}).get("name"),
+        "params_trainable": result["params"]["trainable"],
+        "top_induction": top["score"] if top else None,
+        "top_induction_head": f"L{top['layer']}H{top['head']}" if top else None,
+        "in_context_drop": s.get("heads", {}).get("in_context_drop"),
+        "task_induction": aligned_top["score"] if aligned_top else None,
+        "task_induction_head": f"L{aligned_top['layer']}H{aligned_top['head']}" if aligned_top else None,
+        "task_induction_chance": aligned.get("chance"),
+        "task_induction_ablation_drop": aligned_ablation.get("accuracy_drop"),
+        "bits_per_trainable_param": s.get("memory", {}).get("bits_per_trainable_param"),
+        "accuracy": s.get("ablation", {}).get("baseline_accuracy"),
+        "most_needed_head": f"L{ablated['layer']}H{ablated['head']}" if ablated else None,
+        "status": status,
+        "out": str(out_dir),
+    }
+
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis.analyze import analyze_checkpoint
+    from training.rundir import find_checkpoint
+
+    for name in ("n_seqs", "seq_len", "eval_samples"):
+        value = getattr(args, name)
+        if value < (2 if name == "seq_len" else 1):
+            raise CLIError(f"mixit analyze: error: --{name.replace('_', '-')}={value} must be >= {2 if name == 'seq_len' else 1}")
+    refs = []
+    for path in args.checkpoints:
+        try:
+            refs.append((path, find_checkpoint(path)))
+        except (FileNotFoundError, ValueError) as e:
+            raise CLIError(f"mixit analyze: error: {e}") from None
+    if args.out is not None:
+        names = [ref.name for _, ref in refs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise CLIError(f"mixit analyze: error: several checkpoints are named {dup[0]!r}; with --out each needs its own name")
+        targets = [args.out / ref.name for _, ref in refs]
+    else:
+        targets = [(ref.run_dir or ref.checkpoint) / ANALYSIS_DIR for _, ref in refs]
+
+    rows = []
+    for (path, ref), out_dir in zip(refs, targets):
+        started = time.perf_counter()
+        try:
+            status, result = analyze_checkpoint(path, out_dir, _options(args), device=args.device, force=args.force)
+        except FileExistsError as e:
+            raise CLIError(f"mixit analyze: error: {e}") from None
+        note = "checkpoint unchanged" if status == "cached" else f"{time.perf_counter() - started:.1f}s"
+        skipped = f"; skipped: {', '.join(result['skipped'])}" if result["skipped"] else ""
+        print(f"{path}: {status} ({note}) -> {out_dir} [{', '.join(result['computed'])}{skipped}]")
+        rows.append(_summary_row(ref.name, status, out_dir, result))
+    table = pd.DataFrame(rows)
+    if args.out is not None:
+        with atomic_file(args.out / RUNS_SUMMARY) as fh:
+            table.to_csv(fh, index=False)
+    columns = ["checkpoint", "variant", "task", "top_induction", "task_induction", "in_context_drop",
+               "bits_per_trainable_param", "accuracy", "most_needed_head"]
+    print(table[columns].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.4g}"))
+    return 0
