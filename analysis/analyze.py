@@ -334,14 +334,12 @@ def _load_task(ref, model) -> tuple[Any, str | None]:
     """
     from training import TrainConfig
     from training.rundir import DATA_CACHE_DIR
-    from training.tasks import task_data_cache
 
     info = ref.run_info()
     if info is None:
         return None, "bare checkpoint (no run.json): task-specific analyses skipped"
     try:
-        with task_data_cache(ref.run_dir.parent / DATA_CACHE_DIR):
-            task = TrainConfig.from_dict(info["train"]).build_task()
+        task = TrainConfig.from_dict(info["train"]).build_task(ref.run_dir.parent / DATA_CACHE_DIR)
     except (KeyError, TypeError, ValueError, OSError) as e:
         return None, f"task of this run cannot be rebuilt ({e})"
     saved = (info.get("task") or {}).get("data_fingerprint")

@@ -41,7 +41,6 @@ from training.rundir import (
 
 from .runs import COLUMNS, load_run
 
-TEXT_TASKS = ("lm", "sentiment")  # their data come from a corpus outside the runs directory
 RUN_COLUMNS = [*COLUMNS, "size"]
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
 
@@ -230,7 +229,7 @@ def run_task(root: Path, run_dir: str | Path):
     """The run's algorithmic task, rebuilt from run.json; None for text tasks (their corpus lies
     outside the runs directory, so their input is typed text instead)."""
     train = read_run_info(root, run_dir)["train"]
-    if train["task"] in TEXT_TASKS:
+    if _task_class(train["task"]).needs_corpus:  # its corpus lies outside the runs directory
         return None
     return _task(train["task"], json.dumps(train.get("task_params") or {}, sort_keys=True))
 
@@ -238,9 +237,17 @@ def run_task(root: Path, run_dir: str | Path):
 def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
     """Class names of a classification run (sentiment), else None."""
     train = read_run_info(root, run_dir)["train"]
-    if train["task"] != "sentiment":
+    cls = _task_class(train["task"])
+    if not cls.is_classifier():
         return None
-    return [str(c) for c in (train.get("task_params") or {}).get("classes") or ["0", "1"]]
+    return [str(c) for c in (train.get("task_params") or {}).get("classes") or cls.default_classes]
+
+
+def _task_class(name: str):
+    """The task class of a run's task name; the base Task (no corpus, not a classifier) for an unknown one."""
+    from training.tasks import TASKS, Task
+
+    return TASKS.get(name, Task)
 
 
 # --------------------------------------------------------------------------- inputs

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from figures.common import draw_and_list
+    from figures import draw_and_list
 
     if not args.runs_dir.is_dir():
         raise CLIError(f"mixit figures: error: RUNS_DIR {args.runs_dir} is not a directory")

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from models import VARIANTS
 from training.rundir import DATA_CACHE_DIR, RUNS_SUMMARY
-from training.tasks import TASKS, task_data_cache, task_parameters
+from training.tasks import TASKS, task_parameters
 from training.trainer import TrainConfig, TrainingDiverged, train
 
 from . import analyze, app, figures, reproduce
@@ -168,8 +168,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
     )
     try:
-        with task_data_cache(args.out.parent / DATA_CACHE_DIR):  # where train() will look for it too
-            cfg.model_config()  # validate the task and model shape before writing the run directory
+        cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)  # where train() will look for it too  # validate the task and model shape before writing the run directory
     except ValueError as e:
         raise CLIError(str(e)) from None
     try:
@@ -187,8 +186,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from training.sweep import build_grid, run_sweep
 
     try:
-        with task_data_cache(args.out / DATA_CACHE_DIR):  # shared by the runs, which live in args.out
-            runs = build_grid(args.grid, _grid_overrides(args, args.argv))
+        # the token cache is shared by the runs, which live in args.out
+        runs = build_grid(args.grid, _grid_overrides(args, args.argv), cache_dir=args.out / DATA_CACHE_DIR)
     except ValueError as e:
         raise CLIError(str(e)) from None
     if args.dry_run:

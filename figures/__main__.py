@@ -4,8 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from figures import FIGURE_NAMES
-from figures.common import draw_and_list
+from figures import FIGURE_NAMES, draw_and_list
 
 parser = argparse.ArgumentParser(prog="python -m figures", description="Draw the figures of a directory of runs.")
 parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")

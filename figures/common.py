@@ -216,38 +216,3 @@ def run_one(name: str, plot: Callable[[Path], Figure], argv: Sequence[str] | Non
     print(f"{name}: {', '.join(str(x) for x in paths)}")
     return 0
 
-
-def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None) -> int:
-    """Draw the figures (all, or `only`) of runs_dir into out (default: default_out_dir) and print one line
-    per figure: the files written, why it was skipped, or FAILED. Returns 1 if a figure failed, else 0.
-
-    What `mixit figures` and `python -m figures` print; a failed figure's traceback goes to stderr.
-    """
-    import traceback
-
-    from . import FIGURE_NAMES, FigureError, make_all
-
-    out = out if out is not None else default_out_dir(runs_dir)
-    failures: list = []
-    try:
-        results = make_all(runs_dir, out, only=only)
-    except FigureError as e:  # a bug or a malformed file: show the others, then each failure in full
-        results, failures = e.results, e.failures
-    shown = {**results, **{name: None for name, _ in failures}}
-    width = max(len(name) for name in shown)
-    for name in (n for n in FIGURE_NAMES if n in shown):
-        result = shown[name]
-        if isinstance(result, list):
-            line = ", ".join(str(p) for p in result)
-        elif result is None:
-            error = dict(failures)[name]
-            line = f"FAILED: {type(error).__name__}: {error}"
-        else:
-            line = f"skipped: {result}"
-        print(f"{name:<{width}}  {line}")
-    drawn = sum(isinstance(r, list) for r in results.values())
-    print(f"{drawn} of {len(shown)} figures written to {out}")
-    for name, error in failures:
-        print(f"--- {name}:", file=sys.stderr)
-        traceback.print_exception(error, file=sys.stderr)
-    return 1 if failures else 0

@@ -9,7 +9,7 @@ byte-level, so any text round-trips exactly, and has two special tokens:
 
 Special-token strings that occur in text are encoded as ordinary bytes (`encode_special_tokens`), so a
 corpus that happens to contain "<pad>" cannot inject a pad token. Training tokenizers lives in
-`training/text.py`; this module only loads and applies them.
+`training/tasks/` (bpe.py); this module only loads and applies them.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from training.rundir import (
     is_run_dir, read_run_info, read_summary, write_json, write_runs_table,
 )
 from training.sweep import Run, _tasks_from_file, expand_grid, pool_map, train_runs
-from training.tasks import task_data_cache
 from training.trainer import TrainConfig
 
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
@@ -41,7 +40,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Corpora tried, in order, when a study needs text and no file was given: local copies of the real
 # corpora beside the project (../shared/data), then a small, fixed Hub dataset when the Hub can be reached
-# (training/text.py HUB_DATASETS). For lm the Hub dataset is the same text as the local files (WikiText-2
+# (training/tasks/hub.py HUB_DATASETS). For lm the Hub dataset is the same text as the local files (WikiText-2
 # validation + test, held out by article the same way); for sentiment it is another corpus of the same
 # size: 1,000 Yelp reviews (500 per class) of yelp_polarity's test split instead of the 1,000 sentences.
 TEXT_SOURCES: dict[str, dict[str, Any]] = {
@@ -88,7 +87,7 @@ def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], N
             shown = ", ".join(f"../shared/data/{p}" for p in source["local"])
             return TextChoice({"text_file": [str(p) for p in paths]}, f"{kind}: {shown} ({source['local_about']})")
     if hub_check is None:
-        from training.text import check_hub_reachable as hub_check
+        from training.tasks.hub import check_hub_reachable as hub_check
     try:
         hub_check(source["hub"])
         return TextChoice({"dataset": source["hub"]},
@@ -117,11 +116,10 @@ def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = 
                 continue
             tasks = [(t, {**p, **choice.params}) for t, p in tasks]
         try:
-            with task_data_cache(None if out is None or not spec.text else out / study / DATA_CACHE_DIR):
-                expanded = expand_grid(
-                    spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
-                    {**preset.train, **spec.train},
-                )
+            expanded = expand_grid(
+                spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
+                {**preset.train, **spec.train}, None if out is None or not spec.text else out / study / DATA_CACHE_DIR,
+            )
         except ValueError as e:
             raise ValueError(f"study {study!r}: {e}") from None
         runs.extend((f"{study}/{name}", cfg) for name, cfg in expanded)
@@ -177,8 +175,7 @@ def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: C
         if is_finished(run_dir):
             rows[name] = {"run": name, **read_summary(run_dir)}
             continue
-        with task_data_cache(run_dir.parent / DATA_CACHE_DIR):
-            mcfg = cfg.model_config()
+        mcfg = cfg.model_config(cache_dir=run_dir.parent / DATA_CACHE_DIR)
         costs[name] = run_cost(cfg, mcfg.n_ctx, mcfg.d_vocab)
         todo.append(name)
     todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers

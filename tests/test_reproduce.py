@@ -113,7 +113,7 @@ def test_text_corpus_choice(tmp_path, monkeypatch):
 
 
 def test_hub_fallbacks_are_small_and_fixed():
-    from training.text import HUB_DATASETS
+    from training.tasks.hub import HUB_DATASETS
 
     import reproduce.pipeline as pipeline
 

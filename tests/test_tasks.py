@@ -1,4 +1,4 @@
-"""Tests of the task registry (training/tasks.py): format conventions, labels, held-out guarantee, errors."""
+"""Tests of the task registry (training/tasks/): format conventions, labels, held-out guarantee, errors."""
 
 from __future__ import annotations
 
@@ -518,3 +518,13 @@ def test_numpy_integers_are_accepted_and_stored_as_int():
     task = get_task("addition", digits=np.int64(3))
     assert task.params == {"digits": 3} and type(task.params["digits"]) is int
     json.dumps(task.params)
+
+
+def test_facts_of_a_task_are_attributes_of_its_class():
+    from training.tasks import parameter_names
+
+    assert TASKS["sentiment"].needs_corpus and TASKS["lm"].needs_corpus and not TASKS["addition"].needs_corpus
+    assert TASKS["sentiment"].is_classifier() and not TASKS["lm"].is_classifier()
+    assert TASKS["sentiment"].default_classes == ("0", "1") and TASKS["khop"].default_classes == ()
+    assert ALGORITHMIC_TASKS == ("addition", "dyck", "retrieval", "khop", "modadd", "memorize")
+    assert "cache_dir" not in parameter_names(TASKS["lm"])  # where data are cached is not what the task is

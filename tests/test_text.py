@@ -1,4 +1,4 @@
-"""Tests of the text workloads (training/text.py, models/tokenizer.py): corpora, tokenizers, cache, lm, sentiment.
+"""Tests of the text workloads (training/tasks/: corpora, hub, bpe, cache, text; models/tokenizer.py): corpora, tokenizers, cache, lm, sentiment.
 
 Tests marked `needs_data` read the real corpora in `../shared/data` (next to the repository, or the
 folder named by MIXIT_DATA) and skip, with the reason shown, when it is absent. Tests that need a
@@ -22,13 +22,14 @@ from conftest import NEEDS_SHARED_DATA, SHARED_DATA
 import torch
 from transformer_lens.head_detector import detect_head
 
-import training.text as text
+import training.tasks.text as text
+from training.tasks import bpe, hub
+from training.tasks import corpora as text_corpora
 import training.trainer as trainer_mod
 from models import VARIANTS, ModelConfig, build_model, load_model
 from training import TrainConfig, get_task, train
 from cli.main import main
 from training.sweep import run_name
-from training.tasks import task_data_cache
 
 
 DATA = SHARED_DATA
@@ -50,42 +51,41 @@ def one_line_error(exc_info, *needles: str) -> str:
 # --------------------------------------------------------------------------- corpora
 def test_split_documents_wikitext_blocks_and_lines():
     wiki = " \n = First = \n \n Intro text .\n \n = = Section = = \n More .\n = Second = \n Body .\n"
-    docs = text.split_documents(wiki)
+    docs = text_corpora.split_documents(wiki)
     assert len(docs) == 2  # section headings do not start documents
     assert docs[0].startswith(" = First = ") and "= = Section = =" in docs[0] and docs[1].startswith(" = Second = ")
-    assert text.split_documents("para one\nstill one\n\npara two\n \npara three") == [
+    assert text_corpora.split_documents("para one\nstill one\n\npara two\n \npara three") == [
         "para one\nstill one", "para two", "para three"
     ]
-    assert text.split_documents("line a\nline b\n\nline c") == ["line a\nline b", "line c"]
-    assert text.split_documents("only\nlines\nhere\n") == ["only", "lines", "here"]
+    assert text_corpora.split_documents("line a\nline b\n\nline c") == ["line a\nline b", "line c"]
+    assert text_corpora.split_documents("only\nlines\nhere\n") == ["only", "lines", "here"]
 
 
 def test_held_out_split_is_deterministic_disjoint_and_sized():
-    train_a, val_a = text._held_out(1000, 0.1)
-    train_b, val_b = text._held_out(1000, 0.1)
+    train_a, val_a = text_corpora._held_out(1000, 0.1)
+    train_b, val_b = text_corpora._held_out(1000, 0.1)
     assert val_a == val_b and len(val_a) == 100 and not set(train_a) & set(val_a)
     assert sorted(train_a + val_a) == list(range(1000))
     assert val_a != list(range(900, 1000))  # spread over the corpus, not its tail
-    train_c, val_c = text._held_out(2, 0.01)
+    train_c, val_c = text_corpora._held_out(2, 0.01)
     assert len(train_c) == len(val_c) == 1  # always at least one document on each side
 
 
 # --------------------------------------------------------------------------- tokenizers
 def test_byte_tokenizer_round_trips_any_text_and_ignores_special_strings():
-    tok = text.byte_tokenizer()
+    tok = bpe.byte_tokenizer()
     assert tok.get_vocab_size() == 258
     sample = "Ünïcödé 😀\ttabs\r\n<pad> and <|endoftext|> stay text"
     ids = tok.encode(sample).ids
     assert ids == [2 + b for b in sample.encode("utf-8")]  # id 2 + b is byte b; specials never from text
     assert tok.decode(ids) == sample
-    assert text.train_bpe(["ab ab ab", "ab abc"], 300).encode("<pad>").ids != [1]
+    assert bpe.train_bpe(["ab ab ab", "ab abc"], 300).encode("<pad>").ids != [1]
 
 
 @needs_data
 def test_bpe_round_trips_text_and_token_cache_is_reused(tmp_path, monkeypatch):
     params = dict(text_file=[str(SHAKESPEARE)], vocab_size=512, seq_len=64)
-    with task_data_cache(tmp_path / "cache"):
-        task = get_task("lm", **params)
+    task = get_task("lm", cache_dir=tmp_path / "cache", **params)
     tok = task.text_tokenizer
     assert tok.get_vocab_size() == 512 == task.d_vocab
     raw = SHAKESPEARE.read_text()
@@ -101,22 +101,19 @@ def test_bpe_round_trips_text_and_token_cache_is_reused(tmp_path, monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("tokenizer trained or corpus tokenized again despite the cache")
 
-    monkeypatch.setattr(text, "train_bpe", must_not_run)
+    monkeypatch.setattr(bpe, "train_bpe", must_not_run)
     monkeypatch.setattr(text, "encode_documents", must_not_run)
-    with task_data_cache(tmp_path / "cache"):
-        again = get_task("lm", **params)
+    again = get_task("lm", cache_dir=tmp_path / "cache", **params)
     assert np.array_equal(again.train_tokens, task.train_tokens) and np.array_equal(again.val_tokens, task.val_tokens)
     assert again.data_fingerprint == task.data_fingerprint
     with pytest.raises(AssertionError, match="despite the cache"):  # a different tokenizer is not served from it
-        with task_data_cache(tmp_path / "cache"):
-            get_task("lm", **{**params, "vocab_size": 600})
+        get_task("lm", cache_dir=tmp_path / "cache", **{**params, "vocab_size": 600})
 
 
 # --------------------------------------------------------------------------- language modeling
 @needs_data
 def test_lm_task_windows_and_eval_split(tmp_path):
-    with task_data_cache(tmp_path):
-        task = get_task("lm", text_file=[str(WIKITEXT)], tokenizer="byte", seq_len=32)
+    task = get_task("lm", cache_dir=tmp_path, text_file=[str(WIKITEXT)], tokenizer="byte", seq_len=32)
     tokens, mask = task.sample(5, torch.Generator().manual_seed(0))
     assert tokens.shape == (5, 32) and tokens.dtype == torch.int64 and not mask[:, 0].any() and mask[:, 1:].all()
     assert torch.equal(tokens, task.sample(5, torch.Generator().manual_seed(0))[0])
@@ -136,8 +133,7 @@ def test_standard_lm_beats_the_unigram_baseline_on_tiny_shakespeare(tmp_path, on
                       variant="standard", d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=16, lr=3e-3,
                       eval_every=300, eval_samples=200)
     summary = train(cfg, tmp_path / "run", progress=False)
-    with task_data_cache(tmp_path / ".token_cache"):
-        task = cfg.build_task()
+    task = cfg.build_task(tmp_path / ".token_cache")
     counts = np.bincount(task.train_tokens, minlength=task.d_vocab) + 1.0  # add-one smoothing
     tokens, mask = task.eval_set(200)
     unigram = float(-np.log(counts / counts.sum())[tokens[mask].numpy()].mean())
@@ -227,7 +223,7 @@ def test_sentiment_stratified_split_and_csv(tmp_path):
 def test_hub_dataset_offline_fails_fast(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.monotonic()
-    with pytest.raises(text.DatasetUnavailable) as info:
+    with pytest.raises(hub.DatasetUnavailable) as info:
         get_task("lm", dataset="wikitext-2-raw-v1")
     one_line_error(info, "'wikitext-2-raw-v1'", "--text-file", "HF_HUB_OFFLINE")
     assert time.monotonic() - start < 3
@@ -246,8 +242,8 @@ def test_hub_check_gives_up_on_a_hanging_connection(monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", hangs)
     start = time.monotonic()
-    with pytest.raises(text.DatasetUnavailable) as info:
-        text.check_hub_reachable("fineweb-edu", timeout=1.0)
+    with pytest.raises(hub.DatasetUnavailable) as info:
+        hub.check_hub_reachable("fineweb-edu", timeout=1.0)
     one_line_error(info, "'fineweb-edu'", "--text-file", "no answer within 1 s")
     assert time.monotonic() - start < 3
 
@@ -271,7 +267,7 @@ def test_hub_dataset_code_path_with_a_stand_in_loader(monkeypatch):
         assert streaming and config == "sample-10BT"
         return ({"text": f"web page {i} " * 20} for i in itertools.count())  # endless: must be cut at max_docs
 
-    monkeypatch.setattr(text, "check_hub_reachable", lambda dataset, timeout=3.0: None)
+    monkeypatch.setattr(hub, "check_hub_reachable", lambda dataset, timeout=3.0: None)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     lm = get_task("lm", dataset="wikitext-2-raw-v1", tokenizer="byte", seq_len=32)
     assert calls == [("Salesforce/wikitext", "wikitext-2-raw-v1", "train", False),
@@ -282,9 +278,9 @@ def test_hub_dataset_code_path_with_a_stand_in_loader(monkeypatch):
     yelp = get_task("sentiment", dataset="yelp_polarity", tokenizer="byte", seq_len=32, max_docs=30)
     assert len(yelp.train_rows) == 30 and len(yelp.val_rows) == 10
     assert yelp.decode(yelp.train_rows[1]) == "<|endoftext|>review 1 was good" and yelp.train_labels[1] == 1
-    with pytest.raises(text.TextDataError, match="labels \\['0', '1'\\] are not among the classes"):
+    with pytest.raises(text_corpora.TextDataError, match="labels \\['0', '1'\\] are not among the classes"):
         get_task("sentiment", dataset="yelp_polarity", tokenizer="byte", classes=["neg", "pos"])
-    with pytest.raises(text.TextDataError, match="dataset='yelp_polarity' is not one of: wikitext-103"):
+    with pytest.raises(text_corpora.TextDataError, match="dataset='yelp_polarity' is not one of: wikitext-103"):
         get_task("lm", dataset="yelp_polarity")
 
 
@@ -319,13 +315,13 @@ def test_wikitext2_from_the_hub_is_the_local_corpus(monkeypatch, tmp_path, gener
         calls.append((repo, config, split, streaming))
         return {"text": _as_hub_rows({"validation": valid, "test": test}[split])}
 
-    monkeypatch.setattr(text, "check_hub_reachable", lambda dataset, timeout=3.0: None)
+    monkeypatch.setattr(hub, "check_hub_reachable", lambda dataset, timeout=3.0: None)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    assert text.rejoin_lines(_as_hub_rows(valid)) == valid.read_text(encoding="utf-8")
-    hub = text.load_text_corpus(None, "wikitext-2-v1-valid-test", 0.1, None)
+    assert hub.rejoin_lines(_as_hub_rows(valid)) == valid.read_text(encoding="utf-8")
+    from_hub = text.load_text_corpus(None, "wikitext-2-v1-valid-test", 0.1, None)
     local = text.load_text_corpus([str(valid), str(test)], None, 0.1, None)
     assert calls == [("Salesforce/wikitext", "wikitext-2-v1", split, False) for split in ("validation", "test")]
-    assert hub.train == local.train and hub.validation == local.validation and len(hub.validation) >= 2
+    assert from_hub.train == local.train and from_hub.validation == local.validation and len(from_hub.validation) >= 2
     if which == "shared":  # the v1 splits: 60 + 62 articles, with <unk> as in the local files
         assert len(local.train) + len(local.validation) == 122 and "<unk>" in local.train[0]
     assert text.load_text_corpus(None, "wikitext-2-v1-valid-test", 0.1, 10).train == \
@@ -349,7 +345,7 @@ def test_yelp_sample_from_the_hub_is_fixed_small_and_cached(monkeypatch, tmp_pat
         calls.append((repo, config, split, streaming))
         return iter(list(reviews))
 
-    monkeypatch.setattr(text, "check_hub_reachable", lambda dataset, timeout=3.0: None)
+    monkeypatch.setattr(hub, "check_hub_reachable", lambda dataset, timeout=3.0: None)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     corpus = text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
     assert calls == [("fancyzhx/yelp_polarity", None, "test", True)]  # never the 256 MB train split
@@ -360,15 +356,13 @@ def test_yelp_sample_from_the_hub_is_fixed_small_and_cached(monkeypatch, tmp_pat
     reviews.reverse()  # another row order: the same sample and split
     again = text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
     assert (again.train_texts, again.val_texts) == (corpus.train_texts, corpus.val_texts)
-    with task_data_cache(tmp_path):
-        first = get_task("sentiment", dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
+    first = get_task("sentiment", cache_dir=tmp_path, dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
     n_calls = len(calls)
-    with task_data_cache(tmp_path):
-        second = get_task("sentiment", dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
+    second = get_task("sentiment", cache_dir=tmp_path, dataset="yelp_polarity-1k", tokenizer="byte", seq_len=128)
     assert len(calls) == n_calls and first.data_fingerprint == second.data_fingerprint  # served from the cache
     assert len(first.train_rows) == 800 and len(first.val_rows) == 200
     reviews.append({"text": "neutral", "label": 2})
-    with pytest.raises(text.TextDataError, match="labels \\['2'\\] are not among the classes"):
+    with pytest.raises(text_corpora.TextDataError, match="labels \\['2'\\] are not among the classes"):
         text.load_labelled_corpus(None, "yelp_polarity-1k", ["0", "1"], 0.2, None)
 
 
@@ -393,7 +387,7 @@ def _write(path: Path, data: bytes | str) -> str:
 )
 def test_bad_text_input_is_a_one_line_error_naming_the_file(tmp_path, task, name, data, needle):
     path = _write(tmp_path / name, data)
-    with pytest.raises(text.TextDataError) as info:
+    with pytest.raises(text_corpora.TextDataError) as info:
         get_task(task, text_file=[path], tokenizer="byte", seq_len=64)
     one_line_error(info, name, needle)
 
@@ -435,7 +429,7 @@ def test_list_options_repeat_and_run_names_use_file_names(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- models with text
 def _text_model(variant: str = "standard", **kw):
-    tok = text.byte_tokenizer()
+    tok = bpe.byte_tokenizer()
     model = build_model(ModelConfig(variant=variant, d_model=32, n_layers=2, n_heads=4, n_ctx=48, d_vocab=258, **kw))
     model.set_tokenizer(tok)
     return model

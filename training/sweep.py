@@ -97,8 +97,10 @@ def expand_grid(
     seeds: Sequence[int],
     lrs: Sequence[float],
     train_fields: dict[str, Any],
+    cache_dir: Path | None = None,
 ) -> list[Run]:
-    """The cross product as (run name, TrainConfig), validating every value up front."""
+    """The cross product as (run name, TrainConfig), validating every value up front (text tasks are
+    built once, their tokens cached in `cache_dir`)."""
     variants = list(VARIANTS) if list(variants) == ["all"] else list(variants)
     for v in variants:
         if v not in VARIANTS:
@@ -108,7 +110,7 @@ def expand_grid(
         cfg = TrainConfig.from_dict(
             {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
         )
-        cfg.model_config()  # raises ValueError on a bad task or size
+        cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
         runs.append((run_name(cfg), cfg))
     names = [n for n, _ in runs]
     if len(set(names)) != len(names):
@@ -119,7 +121,8 @@ def expand_grid(
 GRID_OVERRIDES = ("variants", "tasks", "seeds", "sizes", "lrs", "train", "task_options")
 
 
-def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None) -> list[Run]:
+def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
+               cache_dir: Path | None = None) -> list[Run]:
     """The runs of a grid file (if any) with `overrides` on top; what neither gives takes TrainConfig's defaults.
 
     overrides (each optional): variants, tasks (names), seeds, sizes ([{d_model, n_layers, n_heads}]),
@@ -168,7 +171,7 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None) 
     train_fields = {**grid.get("train", {}), **overrides.get("train", {})}
     if "model_extra" in grid.get("train", {}) and "model_extra" in overrides.get("train", {}):
         train_fields["model_extra"] = {**grid["train"]["model_extra"], **overrides["train"]["model_extra"]}
-    return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields)
+    return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields, cache_dir)
 
 
 # --------------------------------------------------------------------------- the executor

@@ -38,7 +38,7 @@ from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
     atomic_directory, is_finished, read_json, read_summary, truncate_metrics, write_json, write_text,
 )
-from .tasks import Task, TrainStream, get_task, task_data_cache
+from .tasks import Task, TrainStream, get_task
 
 
 class TrainingDiverged(RuntimeError):
@@ -94,12 +94,15 @@ class TrainConfig:
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
             raise ValueError(f"device={self.device!r} is not one of: auto, cpu, cuda, cuda:N, mps")
 
-    def build_task(self) -> Task:
-        return get_task(self.task, **self.task_params)
+    def build_task(self, cache_dir: str | Path | None = None) -> Task:
+        """The run's task; a text task caches its tokens in `cache_dir` (training.rundir.DATA_CACHE_DIR of the runs folder)."""
+        return get_task(self.task, cache_dir=cache_dir, **self.task_params)
 
-    def model_config(self, task: Task | None = None) -> ModelConfig:
-        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted."""
-        task = task or self.build_task()
+    def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
+        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted.
+
+        Without `task`, the task is built (with its token cache in `cache_dir`)."""
+        task = task or self.build_task(cache_dir)
         required = task.model_overrides
         for key, value in self.model_extra.items():
             if key in required and required[key] != value:
@@ -330,8 +333,7 @@ def train(
             raise ValueError(f"{out / RUN_FILE}: cannot resume with a different config (differs in {diff})")
 
     device = pick_device(cfg.device)
-    with task_data_cache(out.parent / DATA_CACHE_DIR):
-        task = cfg.build_task()
+    task = cfg.build_task(out.parent / DATA_CACHE_DIR)
     model_cfg = cfg.model_config(task)
     if resume and (out / RUN_FILE).is_file():
         saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")

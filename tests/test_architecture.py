@@ -1,0 +1,88 @@
+"""The code's shape: the layer contract (import-linter, configured in pyproject.toml), no import cycles
+anywhere, and only the command line turning errors into exit codes."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import grimp
+import pytest
+
+from conftest import ROOT
+
+PACKAGES = ("models", "training", "analysis", "figures", "reproduce", "cli")
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected components (Tarjan) of more than one module: each is an import cycle."""
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for module in edges:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _graph() -> grimp.ImportGraph:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return grimp.build_graph(*PACKAGES, cache_dir=None)
+
+
+def test_the_layer_contract_holds(monkeypatch):
+    from importlinter.cli import lint_imports
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT))
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0, \
+        "an import breaks the layers; run `lint-imports` for the chain"
+
+
+def test_no_module_sits_in_an_import_cycle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = _graph()
+    graph.add_import(importer="models.config", imported="models.transformer")  # transformer imports config
+    assert any({"models.config", "models.transformer"} <= set(cycle) for cycle in _cycles(graph))
+
+
+def test_only_the_command_line_knows_about_exit_codes():
+    """Library code raises ordinary exceptions; `cli` alone turns them into CLIError and exit statuses."""
+    for package in PACKAGES[:-1]:
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "cli":
+                    pytest.fail(f"{path.relative_to(ROOT)} imports {node.module}")
+                if isinstance(node, ast.Name) and node.id == "CLIError":
+                    pytest.fail(f"{path.relative_to(ROOT)} uses CLIError")

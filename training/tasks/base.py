@@ -1,0 +1,280 @@
+"""The base of every task: the `Task` class, its batch format, and `TrainStream`, which draws training batches.
+
+Every task turns a batch request into ``(tokens, mask)``:
+
+* ``tokens``: int64 ``[n, task.seq_len]``, ids in ``[0, task.d_vocab)``;
+* ``mask``: bool ``[n, task.seq_len]``, True at the *target* (answer) positions.
+
+The model is a causal LM trained with next-token cross-entropy: the logits at
+position ``t - 1`` predict ``tokens[:, t]``, and the loss is applied where
+``mask[:, t]`` is True (so ``mask[:, 0]`` is always False and ``tokens[mask]``
+are exactly the answer tokens). Every task has a dedicated pad token
+``pad_id`` that is never a real token, so ``tokens != pad_id`` is a valid key
+padding mask.
+
+Generation is pure torch, vectorised over the batch, and driven only by the
+``torch.Generator`` passed in: the same generator state gives identical tensors.
+
+Held-out evaluation: ``task.eval_set()`` is a fixed set built from fixed seeds
+(independent of any training seed). ``TrainStream`` draws training batches and
+replaces every row equal to an eval row, so the training stream never yields an
+eval example. Two tasks need no filtering: ``modadd`` (train and eval are a
+disjoint split of all pairs, ``eval_disjoint = True``) and ``memorize`` (the eval
+set *is* the training set, ``eval_is_train = True``).
+
+Formats follow the authors' code (princeton-pli/MixiT) where sensible; see each
+class docstring.
+
+The algorithmic tasks are in algorithmic.py, the text tasks (`lm`, `sentiment`) in text.py; the
+registry (`TASKS`, `get_task`) is the package's __init__. A classification task (``objective = "classification"``) returns
+``(tokens, mask, labels)`` instead: ``mask`` marks the real (non-pad) tokens and
+``labels`` int64 ``[n]`` the class of each row.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+import warnings
+from typing import Any, ClassVar, Iterator
+
+import torch
+
+# Fixed seeds of the held-out data; they never depend on a training seed.
+EVAL_SEED = 0x5EED_E7A1  # streaming tasks: eval chunk c is sample(EVAL_CHUNK, Generator(EVAL_SEED + c))
+SPLIT_SEED = 12345  # modadd train/eval split (the authors shuffle with random.seed(12345))
+LABEL_SEED = 12345  # memorize labels
+EVAL_CHUNK = 1000
+DEFAULT_EVAL_SIZE = 4000  # the authors' eval_size
+
+Batch = tuple[torch.Tensor, ...]  # (tokens, mask), or (tokens, mask, labels) for classification tasks
+
+# Tasks that preprocess data (text tasks: tokenizers, token arrays) cache it in this directory when set.
+def _check_int(task: str, name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """Return `value` if it is an int in [lo, hi], else raise a one-line ValueError."""
+    allowed = f"{lo} <= {name}" + (f" <= {hi}" if hi is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{task}: {name}={value!r} is not an int; allowed: {allowed}")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{task}: {name}={value} is out of range; allowed: {allowed}")
+    return int(value)
+
+
+def _geometric(n: int, g: torch.Generator, cap: int = 64) -> torch.Tensor:
+    """`n` draws of R >= 1 with P(R >= r) = 2^-(r-1) (keep flipping a fair coin), capped."""
+    u = 1.0 - torch.rand(n, generator=g, dtype=torch.float64)  # (0, 1]
+    return (1 + torch.floor(-torch.log2(u))).clamp(max=cap).long()
+
+
+def _uniform_below(bound: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """One uniform integer in [0, bound[i]) per entry (bound >= 1)."""
+    u = torch.rand(bound.shape, generator=g, dtype=torch.float64)
+    return torch.minimum((u * bound).long(), bound - 1)
+
+
+# --------------------------------------------------------------------------- hashing
+_HASH_MODS = (2**31 - 1, 2**31 - 19)  # two primes below 2^31
+_HASH_BASES = (1_000_003, 911_382_323)
+_hash_powers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def row_hash(tokens: torch.Tensor) -> torch.Tensor:
+    """Hash each row of an int64 [n, L] tensor to one int64 (two polynomial hashes mod 31-bit primes).
+
+    Equal rows always get equal hashes, so filtering on hashes never misses an eval
+    row; a (very unlikely, ~n_eval / 2^62 per row) false match only costs a resample.
+    """
+    length = tokens.shape[1]
+    if length not in _hash_powers:
+        pows = []
+        for base, mod in zip(_HASH_BASES, _HASH_MODS):
+            pows.append(torch.tensor([pow(base, j, mod) for j in range(length)], dtype=torch.int64))
+        _hash_powers[length] = (pows[0], pows[1])
+    p1, p2 = _hash_powers[length]
+    m1, m2 = _HASH_MODS
+    t = tokens.long()
+    if t.numel() and int(t.abs().max()) * length < 2**32:  # the plain sums stay below 2^63: no per-element mod needed
+        h1 = (t * p1).sum(1) % m1
+        h2 = (t * p2).sum(1) % m2
+    else:
+        h1 = (((t % m1) * p1) % m1).sum(1) % m1
+        h2 = (((t % m2) * p2) % m2).sum(1) % m2
+    return h1 * (2**31) + h2
+
+
+# --------------------------------------------------------------------------- base class
+def parameter_names(cls: type) -> list[str]:
+    """A task class's parameters: its constructor's positional-or-keyword arguments (keyword-only ones, such
+    as a text task's cache_dir, say where things go, not what the task is)."""
+    return [p.name for p in inspect.signature(cls.__init__).parameters.values()
+            if p.name != "self" and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+
+
+class Task:
+    """Base class: one subclass per task. Subclasses set the class attributes and implement `_sample`."""
+
+    name: ClassVar[str]
+    metric: ClassVar[str]  # "sequence": all scored tokens of a row must be right; "token": mean over scored tokens
+    layout: ClassVar[str]  # one-line picture of a row
+    eval_is_train: ClassVar[bool] = False  # eval_set() is the whole training set (memorisation)
+    eval_disjoint: ClassVar[bool] = False  # sample() can never yield an eval row, by construction
+    # "next_token": (tokens, mask), loss on the masked next tokens; "classification": (tokens, mask, labels).
+    objective: ClassVar[str] = "next_token"
+    needs_corpus: ClassVar[bool] = False  # built from a text corpus (text_file or dataset), outside the run directory
+    default_classes: ClassVar[tuple[str, ...]] = ()  # a classifier's class labels when its `classes` is not given
+    text_tokenizer: Any = None  # a tokenizers.Tokenizer for text tasks; attached to the model, saved with it
+
+    vocab: list[str]
+    seq_len: int
+    pad_id: int
+
+    @property
+    def model_overrides(self) -> dict[str, Any]:
+        """ModelConfig fields this task requires (e.g. causal=False, n_classes=2 for classification)."""
+        return {}
+
+    @property
+    def data_fingerprint(self) -> str | None:
+        """A hash of the data the task was built from (text tasks), recorded so a resume can check it."""
+        return None
+
+    def extra_eval_metrics(self, eval_loss: float) -> dict[str, float]:
+        """Metrics derived from the mean eval loss that the trainer logs next to it (e.g. perplexity)."""
+        return {}
+
+    @classmethod
+    def is_classifier(cls) -> bool:
+        """Whether the task predicts one class per row (a classification head) rather than next tokens."""
+        return cls.objective == "classification"
+
+    @property
+    def d_vocab(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Constructor parameters (JSON-serialisable): `get_task(task.name, **task.params)` rebuilds the task."""
+        return {p: getattr(self, p) for p in parameter_names(type(self))}
+
+    @property
+    def default_eval_size(self) -> int:
+        return DEFAULT_EVAL_SIZE
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
+        """Draw `n` rows: (tokens int64 [n, seq_len], mask bool [n, seq_len])."""
+        n = _check_int(self.name, "n", n, 0)
+        if generator is None:
+            generator = torch.default_generator
+        if n == 0:  # empty tensors of the right shapes, without advancing `generator`
+            return tuple(t[:0] for t in self._sample(1, torch.Generator().manual_seed(0)))
+        return self._sample(n, generator)
+
+    def _sample(self, n: int, g: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def eval_set(self, n: int | None = None) -> Batch:
+        """Fixed held-out set: the first `n` rows (default `default_eval_size`); smaller sets are prefixes."""
+        n = self.default_eval_size if n is None else _check_int(self.name, "n", n, 1)
+        cache = self.__dict__.setdefault("_eval_cache", [])
+        have = cache[0][0].shape[0] if cache else 0
+        if have < n:
+            chunks = [cache[0]] if cache else []
+            for c in range(have // EVAL_CHUNK, math.ceil(n / EVAL_CHUNK)):
+                chunks.append(self.sample(EVAL_CHUNK, torch.Generator().manual_seed(EVAL_SEED + c)))
+            cache[:] = [(torch.cat([t for t, _ in chunks]), torch.cat([m for _, m in chunks]))]
+        tokens, mask = cache[0]
+        return tokens[:n].clone(), mask[:n].clone()
+
+    def decode(self, tokens_row: torch.Tensor | list[int]) -> str:
+        """Human-readable row: the vocab strings of the non-pad tokens, space-separated."""
+        ids = tokens_row.tolist() if isinstance(tokens_row, torch.Tensor) else list(tokens_row)
+        return " ".join(self.vocab[i] for i in ids if i != self.pad_id)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+
+
+# --------------------------------------------------------------------------- training stream
+class TrainStream:
+    """Endless, resumable stream of training batches that never yields an eval row.
+
+    Batches come from `task.sample(batch_size, generator)` with a generator seeded by
+    `seed`; rows equal to a row of `task.eval_set(eval_n)` (matched by `row_hash`) are
+    redrawn until none collide. No filtering for tasks with `eval_disjoint` or
+    `eval_is_train`. `eval_n` defaults to `task.default_eval_size`; evaluating on a
+    prefix of that set (`task.eval_set(m)`, m <= eval_n) is therefore also safe.
+    """
+
+    MAX_ROUNDS = 1000
+    WARN_FRACTION = 0.25  # warn once if more than this fraction of the first batch had to be redrawn
+
+    def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None):
+        self.task = task
+        self.batch_size = _check_int("TrainStream", "batch_size", batch_size, 1)
+        self.seed = _check_int("TrainStream", "seed", seed, 0)
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.step = 0  # batches yielded so far
+        self.rows_replaced = 0  # rows redrawn because they matched an eval row
+        self.filtering = not (task.eval_disjoint or task.eval_is_train)
+        self.eval_n = task.default_eval_size if eval_n is None else _check_int("TrainStream", "eval_n", eval_n, 1)
+        self._eval_hashes = row_hash(task.eval_set(self.eval_n)[0]).unique() if self.filtering else None
+
+    def next(self) -> Batch:
+        batch = self.task.sample(self.batch_size, self.generator)
+        if self.filtering:
+            bad = torch.isin(row_hash(batch[0]), self._eval_hashes).nonzero().squeeze(1)
+            rounds = 0
+            while bad.numel():
+                rounds += 1
+                if rounds > self.MAX_ROUNDS:
+                    raise RuntimeError(
+                        f"TrainStream: still drawing eval rows after {self.MAX_ROUNDS} rounds; "
+                        f"the eval set ({self.eval_n} rows) covers (almost) all of {self.task!r}: use a smaller eval_n"
+                    )
+                # Draw a few spare rows so that one round usually suffices, keep the first non-eval ones.
+                new = self.task.sample(2 * bad.numel() + 8, self.generator)
+                keep = ~torch.isin(row_hash(new[0]), self._eval_hashes)
+                new = [t[keep][: bad.numel()] for t in new]
+                filled, bad = bad[: new[0].shape[0]], bad[new[0].shape[0] :]
+                for tensor, replacement in zip(batch, new):
+                    tensor[filled] = replacement
+                self.rows_replaced += filled.numel()
+            if self.step == 0 and self.rows_replaced > self.WARN_FRACTION * self.batch_size:
+                warnings.warn(
+                    f"TrainStream: {self.rows_replaced / self.batch_size:.0%} of the first batch matched the eval set "
+                    f"of {self.task!r}; the training distribution is skewed away from it (consider a smaller eval_n)",
+                    stacklevel=2,
+                )
+        self.step += 1
+        return batch
+
+    __next__ = next
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task.name,
+            "params": self.task.params,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "eval_n": self.eval_n,
+            "step": self.step,
+            "rows_replaced": self.rows_replaced,
+            "generator_state": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = {"task": self.task.name, "params": self.task.params, "batch_size": self.batch_size}
+        mine["eval_n"] = self.eval_n
+        for key, value in mine.items():
+            if state[key] != value:
+                raise ValueError(f"TrainStream: saved {key}={state[key]!r} differs from this stream's {key}={value!r}")
+        self.seed = state["seed"]
+        self.step = state["step"]
+        self.rows_replaced = state["rows_replaced"]
+        self.generator.set_state(state["generator_state"])
