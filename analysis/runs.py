@@ -27,7 +27,7 @@ COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
     "lr", "seed", "steps", "batch_size", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
-    "has_analysis", "error",
+    "has_analysis", "precision", "error",
 ]
 
 
@@ -65,7 +65,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
             summary = read_json(summary_path)
             row["status"] = summary.get("status", "finished")
             for key in ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
-                        "params_trainable", "params_frozen", "params_total"):
+                        "params_trainable", "params_frozen", "params_total", "precision"):
                 row[key] = summary.get(key)
             if row["status"] == "error":
                 row["error"] = summary.get("message")

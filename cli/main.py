@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from models import VARIANTS
 from training.rundir import DATA_CACHE_DIR, RUNS_SUMMARY
 from training.tasks import TASKS, task_parameters
-from training.trainer import TrainConfig, TrainingDiverged, train
+from training.trainer import PRECISIONS, TrainConfig, TrainingDiverged, train
 
 from . import analyze, app, figures, reproduce
 from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser
@@ -81,6 +81,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=None, help="default: every eval")
     parser.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     parser.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
+                        help="auto: bf16 autocast on CUDA, fp32 elsewhere; bf16: autocast on a CPU too "
+                             "(fast where it has avx512_bf16 or AMX); fp32: full precision everywhere")
     parser.add_argument("--bidirectional", action="store_true", help="non-causal attention")
 
 
@@ -98,6 +101,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             checkpoint_every=args.checkpoint_every,
             device=args.device,
             compile=args.compile,
+            precision=args.precision,
             model_extra=extra,
             **fields,
         )
@@ -121,7 +125,7 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
     if "--lr" in given or args.grid is None:
         out["lrs"] = args.lr
     fields = ("steps", "batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every", "eval_samples",
-              "checkpoint_every", "device", "compile")
+              "checkpoint_every", "device", "compile", "precision")
     out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}

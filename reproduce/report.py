@@ -490,6 +490,15 @@ def corpus_line(manifest: dict[str, Any], kind: str, label: str) -> str:
     return f"**{label}**: {note}."
 
 
+def precision_line(runs: pd.DataFrame) -> str:
+    """'Training precision: fp32 (58 runs).', from the finished runs' summaries."""
+    finished = runs[runs["status"] == "finished"]
+    if finished.empty:
+        return ""
+    counts = finished["precision"].fillna("not recorded").value_counts()
+    return "Training precision: " + ", ".join(f"{p} ({n} runs)" for p, n in counts.items()) + "."
+
+
 def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[str, Any],
                  figures_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Write report.md, findings.csv and one CSV per table into report_dir; return the findings."""
@@ -510,7 +519,8 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
         f"Preset: {(manifest.get('preset_contents') or {}).get('about', manifest.get('preset'))}. Runs: `{runs_dir}` "
         f"({int((runs['status'] == 'finished').sum())} of {len(runs)} finished). "
         f"Wall time {manifest.get('wall_s', float('nan')):.0f} s on {manifest.get('workers')} worker(s); stages (s): "
-        + ", ".join(f"{k} {v:g}" for k, v in (manifest.get("timings_s") or {}).items()) + ".",
+        + ", ".join(f"{k} {v:g}" for k, v in (manifest.get("timings_s") or {}).items()) + ". "
+        + precision_line(runs),
         "",
     ]
     for kind, info in (manifest.get("text") or {}).items():

@@ -67,6 +67,33 @@ def test_small_standard_model_learns_three_digit_addition(tmp_path):
     assert summary["eval_acc"] > 0.9, summary
 
 
+def test_bf16_precision_trains_like_fp32_and_is_recorded(tmp_path):
+    """--precision bf16 autocasts the forward passes on the CPU: the run learns as fp32 does, is seeded alike,
+    is not bit-identical to fp32 (so autocast really ran), and run.json / summary.json say which it was."""
+    cfg = dict(TINY, task_params={"digits": 2}, steps=150, variant="standard")
+    fp32 = train(TrainConfig(**cfg, precision="fp32"), tmp_path / "fp32", progress=False)
+    bf16 = train(TrainConfig(**cfg, precision="bf16"), tmp_path / "bf16", progress=False)
+    again = train(TrainConfig(**cfg, precision="bf16"), tmp_path / "bf16-again", progress=False)
+    assert (fp32["precision"], bf16["precision"]) == ("fp32", "bf16")
+    assert json.loads((tmp_path / "bf16" / "run.json").read_text())["train"]["precision"] == "bf16"
+    assert abs(bf16["eval_loss"] - fp32["eval_loss"]) < 0.1 * fp32["eval_loss"] + 0.05, (bf16, fp32)
+    a, b, c = weights(tmp_path / "fp32"), weights(tmp_path / "bf16"), weights(tmp_path / "bf16-again")
+    assert all(torch.equal(b[k], c[k]) for k in b)  # reproducible from the seed
+    assert not all(torch.equal(a[k], b[k]) for k in a)
+    assert weights(tmp_path / "bf16")["embed.W_E"].dtype == torch.float32  # weights and optimizer stay fp32
+
+
+def test_precision_is_checked():
+    from training.trainer import resolve_precision
+
+    with pytest.raises(ValueError, match="precision='half' is not one of: auto, fp32, bf16"):
+        TrainConfig(precision="half")
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert resolve_precision("auto", torch.device("cuda")) == "bf16"
+    with pytest.raises(ValueError, match="not mps"):
+        resolve_precision("bf16", torch.device("mps"))
+
+
 def test_same_seed_same_weights(tmp_path):
     cfg = TrainConfig(**TINY, steps=20, variant="mixit")
     train(cfg, tmp_path / "a", progress=False)

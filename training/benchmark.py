@@ -6,7 +6,7 @@
 
 The one implementation behind `benchmarks/bench_models.py` and the speed table of a reproduction
 (RUNS_DIR/speed/speed.csv, drawn by figures.speed). Every variant gets the same config (seed 0) and
-the same batch; a step runs under the same autocast as training (bf16 on CUDA). The time per step is
+the same batch; a step runs under the autocast that training uses for `precision` ("auto": bf16 on CUDA). The time per step is
 the median over `repeats` timed blocks of `steps` steps each, after `warmup` untimed steps.
 """
 
@@ -21,11 +21,11 @@ import torch
 
 from models import VARIANTS, ModelConfig, build_model
 
-from .trainer import autocast_for, pick_device
+from .trainer import autocast_for, pick_device, resolve_precision
 
 COLUMNS = [
     "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-    "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
+    "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device", "precision",
 ]
 
 
@@ -36,7 +36,7 @@ def _sync(device: torch.device) -> None:
 
 def step_seconds(
     variant: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch_size: int, vocab: int,
-    steps: int, repeats: int, warmup: int, device: torch.device, compile: bool = False,
+    steps: int, repeats: int, warmup: int, device: torch.device, compile: bool = False, precision: str = "auto",
 ) -> tuple[float, dict[str, int]]:
     """(median seconds per training step, parameter counts) of one variant."""
     cfg = ModelConfig(variant=variant, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_ctx=seq_len,
@@ -47,7 +47,7 @@ def step_seconds(
     tokens = torch.randint(0, vocab, (batch_size, seq_len), generator=torch.Generator().manual_seed(0)).to(device)
 
     def step() -> None:
-        with autocast_for(device):
+        with autocast_for(device, precision):
             loss = forward(tokens, return_type="loss")
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -79,6 +79,7 @@ def measure_throughput(
     warmup: int = 3,
     device: str | torch.device = "auto",
     compile: bool = False,
+    precision: str = "auto",
 ) -> pd.DataFrame:
     """One row per variant with the columns COLUMNS (the speed.csv format).
 
@@ -100,13 +101,13 @@ def measure_throughput(
     rows = []
     for variant in variants:
         seconds, counts = step_seconds(variant, d_model, n_layers, n_heads, seq_len, batch_size, vocab, steps,
-                                       repeats, warmup, dev, compile)
+                                       repeats, warmup, dev, compile, precision)
         rows.append({
             "variant": variant, "params_trainable": counts["trainable"], "params_frozen": counts["frozen"],
             "step_ms": seconds * 1e3, "tokens_per_s": batch_size * seq_len / seconds,
             "ms_per_sample": seconds * 1e3 / batch_size,
             "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "seq_len": seq_len,
-            "batch_size": batch_size, "device": str(dev),
+            "batch_size": batch_size, "device": str(dev), "precision": resolve_precision(precision, dev),
         })
     df = pd.DataFrame(rows)
     base = df.loc[df["variant"] == "standard", "ms_per_sample"]

@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ from .rundir import (
     atomic_directory, is_finished, read_json, read_summary, truncate_metrics, write_json, write_text,
 )
 from .tasks import Task, TrainStream, get_task
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 class TrainingDiverged(RuntimeError):
@@ -72,6 +76,7 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"
     compile: bool = False
+    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, or bf16 (autocast, CPU too)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # JSON round trip gives a list
@@ -91,6 +96,8 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio={self.min_lr_ratio!r} must lie in [0, 1]")
         if self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"weight_decay={self.weight_decay!r} and grad_clip={self.grad_clip!r} must be >= 0")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
             raise ValueError(f"device={self.device!r} is not one of: auto, cpu, cuda, cuda:N, mps")
 
@@ -155,10 +162,30 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
-def autocast_for(device: torch.device):
-    """bf16 autocast on CUDA; full precision elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"fp32" or "bf16" for a TrainConfig.precision on `device` ("auto": bf16 on CUDA, fp32 elsewhere)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    if precision == "bf16" and device.type not in ("cpu", "cuda"):
+        raise ValueError(f"precision='bf16' is supported on cpu and cuda, not {device.type}; use fp32")
+    return precision
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively (avx512_bf16 / AMX, through oneDNN); without it bf16 is emulated."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def autocast_for(device: torch.device, precision: str = "auto"):
+    """Mixed precision for forward passes: bf16 autocast (matmuls in bf16, softmax, norms and losses in fp32)
+    when `precision` resolves to bf16, else full precision. Weights and optimizer state stay fp32."""
+    if resolve_precision(precision, device) == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
 
 
@@ -191,7 +218,7 @@ def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...]) -> torch.Tenso
 @torch.no_grad()
 def evaluate(
     model, tokens: torch.Tensor, mask: torch.Tensor, metric: str, batch_size: int = 1024,
-    labels: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None, precision: str = "auto",
 ) -> dict[str, float]:
     """Mean loss over scored tokens and accuracy ("sequence": every scored token right; "token": per token).
 
@@ -205,14 +232,14 @@ def evaluate(
         tb = tokens[start : start + batch_size].to(device)
         mb = mask[start : start + batch_size].to(device)
         if labels is not None:
-            with autocast_for(device):
+            with autocast_for(device, precision):
                 logits = model.classify(tb, mb).float()
             targets = labels[start : start + batch_size].to(device)
             loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
             n_correct_rows += (logits.argmax(-1) == targets).sum().item()
             n_tokens += targets.numel()
             continue
-        with autocast_for(device):
+        with autocast_for(device, precision):
             logits, targets = masked_logits(model, tb, mb)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum").item()
         right = logits.argmax(-1) == targets
@@ -333,6 +360,9 @@ def train(
             raise ValueError(f"{out / RUN_FILE}: cannot resume with a different config (differs in {diff})")
 
     device = pick_device(cfg.device)
+    if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "
+                      "likely slower than fp32", stacklevel=2)
     task = cfg.build_task(out.parent / DATA_CACHE_DIR)
     model_cfg = cfg.model_config(task)
     if resume and (out / RUN_FILE).is_file():
@@ -396,7 +426,7 @@ def train(
             batch = tuple(t.to(device, non_blocking=True) for t in stream.next())
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr_at(step)
-            with autocast_for(device):
+            with autocast_for(device, cfg.precision):
                 loss = task_loss(forward, task, batch)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
@@ -431,7 +461,8 @@ def train(
                 window_loss, window_n = 0.0, 0
                 if is_eval:
                     labels = eval_batch[2] if task.objective == "classification" else None
-                    record.update(evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels))
+                    record.update(evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels,
+                                           cfg.precision))
                     record.update(task.extra_eval_metrics(record["eval_loss"]))
                     best_acc = max(best_acc or 0.0, record["eval_acc"])
                     last_acc = record["eval_acc"]
@@ -468,6 +499,7 @@ def train(
         "tokens_per_s": train_tokens / max(train_time, 1e-9) if train_tokens else None,
         "elapsed_s": elapsed_before + time.perf_counter() - t_start,
         "device": str(device),
+        "precision": resolve_precision(cfg.precision, device),
     }
     write_json(out / SUMMARY_FILE, summary)
     return summary
