@@ -56,6 +56,9 @@ class RMSNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.hook_scale.has_hooks() or self.hook_normalized.has_hooks()):
+            # The fused kernel: the same function, without materialising the hooked intermediates.
+            return F.rms_norm(x, self.w.shape, self.w, self.eps)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale) * self.w
 
@@ -84,8 +87,14 @@ def add_bias(module: nn.Module, name: str, *shape: int, trained: bool) -> None:
 
 
 def affine(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, mult: float = 1.0) -> torch.Tensor:
-    """mult * (x @ W + b) for x [..., d_in], W [d_in, d_out], as one fused addmm."""
-    out = torch.addmm(b, x.reshape(-1, x.shape[-1]), W, beta=mult, alpha=mult)
+    """mult * (x @ W + b) for x [..., d_in], W [d_in, d_out], as one fused addmm.
+
+    The multiplier scales the (small) weight and bias, not the (large) output, so neither the forward
+    nor the backward pass spends an elementwise pass over [batch * pos, d_out] on it.
+    """
+    if mult != 1.0:
+        W, b = W * mult, b * mult
+    out = torch.addmm(b, x.reshape(-1, x.shape[-1]), W)
     return out.view(*x.shape[:-1], W.shape[-1])
 
 

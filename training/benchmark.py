@@ -21,11 +21,11 @@ import torch
 
 from models import VARIANTS, ModelConfig, build_model
 
-from .trainer import autocast_for, pick_device, resolve_precision
+from .trainer import autocast_for, pick_device
 
 COLUMNS = [
     "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-    "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device", "precision",
+    "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
 ]
 
 
@@ -107,7 +107,7 @@ def measure_throughput(
             "step_ms": seconds * 1e3, "tokens_per_s": batch_size * seq_len / seconds,
             "ms_per_sample": seconds * 1e3 / batch_size,
             "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "seq_len": seq_len,
-            "batch_size": batch_size, "device": str(dev), "precision": resolve_precision(precision, dev),
+            "batch_size": batch_size, "device": str(dev),
         })
     df = pd.DataFrame(rows)
     base = df.loc[df["variant"] == "standard", "ms_per_sample"]
