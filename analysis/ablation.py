@@ -1,9 +1,10 @@
 """Head ablation: knock out one head (or a set) and measure what the task loses.
 
-    from analysis.ablation import ablate_heads, head_ablation
+    from analysis.ablation import ablate_heads, head_ablation, head_ablation_result
     tokens, mask = task.eval_set(1000)
     ablate_heads(model, tokens, mask, task.metric, heads=[(1, 0)], method="zero")   # {"loss", "accuracy"}
     df = head_ablation(model, tokens, mask, task.metric)                            # every head, ranked
+    result = head_ablation_result(model, tokens, mask, task.metric)                 # the same as a HeadAblation
 
 A head is ablated by a forward hook on `blocks.{l}.attn.hook_z` ([batch, pos, head_index, d_head],
 the head's output before W_O), replacing its slice z[:, :, h]:
@@ -20,6 +21,7 @@ For a classifier (a model with `classify`, e.g. trained on `sentiment`) pass the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 import pandas as pd
@@ -133,6 +135,24 @@ def ablate_heads(
     return {"loss": result["eval_loss"], "accuracy": result["eval_acc"]}
 
 
+@dataclass
+class HeadAblation:
+    """What `head_ablation_result` measures: the ranked per-head table and the intact model's baseline."""
+
+    table: pd.DataFrame  # one row per (layer, head), columns COLUMNS, sorted by rank
+    baseline_loss: float
+    baseline_accuracy: float
+    method: str
+    n_examples: int
+
+    def frame(self) -> pd.DataFrame:
+        """The table with the baseline in `attrs`, as `head_ablation` returns it."""
+        df = self.table.copy()
+        df.attrs.update(baseline_loss=self.baseline_loss, baseline_accuracy=self.baseline_accuracy,
+                        method=self.method, n_examples=self.n_examples)
+        return df
+
+
 def head_ablation(
     model,
     tokens: torch.Tensor,
@@ -147,8 +167,23 @@ def head_ablation(
 
     Returns a DataFrame with one row per (layer, head): layer, head, loss, accuracy, delta_loss
     (ablated minus intact, nats), delta_accuracy, rank; sorted by rank. `attrs` holds the intact
-    model's "baseline_loss" / "baseline_accuracy", "method" and "n_examples".
+    model's "baseline_loss" / "baseline_accuracy", "method" and "n_examples"; `head_ablation_result`
+    returns them as fields.
     """
+    return head_ablation_result(model, tokens, mask, metric, method, labels=labels, batch_size=batch_size).frame()
+
+
+def head_ablation_result(
+    model,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    metric: str,
+    method: str = "mean",
+    *,
+    labels: torch.Tensor | None = None,
+    batch_size: int = 512,
+) -> HeadAblation:
+    """`head_ablation` as a `HeadAblation`: the same table, the baseline as typed fields."""
     _check_inputs(model, tokens, mask, metric, method, labels)
     check_positive_int("batch_size", batch_size)
     base = evaluate(model, tokens, mask, metric, batch_size, labels=labels)
@@ -165,8 +200,10 @@ def head_ablation(
             })
     df = pd.DataFrame(rows)
     df["rank"] = df["delta_loss"].rank(ascending=False, method="first").astype(int)
-    df = df.sort_values("rank").reset_index(drop=True)[COLUMNS]
-    df.attrs.update(
-        baseline_loss=base["eval_loss"], baseline_accuracy=base["eval_acc"], method=method, n_examples=int(tokens.shape[0])
+    return HeadAblation(
+        table=df.sort_values("rank").reset_index(drop=True)[COLUMNS],
+        baseline_loss=base["eval_loss"],
+        baseline_accuracy=base["eval_acc"],
+        method=method,
+        n_examples=int(tokens.shape[0]),
     )
-    return df

@@ -380,13 +380,13 @@ def compute_head_table(model, n_seqs: int = 32, seq_len: int = 32, seed: int = 0
 
     NoHeadScores if the context is too short for repeated sequences (n_ctx < 4).
     """
-    from .heads import head_scores
+    from .heads import head_scores_result
 
     seq_len = min(seq_len, model.cfg.n_ctx // 2)
     if seq_len < 2:
         raise NoHeadScores(f"n_ctx={model.cfg.n_ctx} is too short for head scores on repeated sequences (needs >= 4)")
-    df = head_scores(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
-    return df, dict(df.attrs["chance"])
+    scores = head_scores_result(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
+    return scores.table, dict(scores.chance)
 
 
 def score_grid(heads: pd.DataFrame, score: str) -> np.ndarray:

@@ -8,6 +8,11 @@ on a task's own inputs.
     tokens, _ = task.eval_set(512)          # task = get_task("khop", hops=1, ...)
     aligned = task_induction_scores(model, task, tokens)   # layer, head, score; attrs: chance, positional
 
+Each function that returns a DataFrame with scalars in `df.attrs` has a typed twin returning a
+dataclass with the same table and the scalars as fields (`head_scores_result` -> `HeadScores`,
+`source_attention_result` and `task_induction_result` -> `SourceScores`): pandas calls `attrs`
+experimental, and `mixit analyze` (analysis.registry) uses the typed results.
+
 Attention scores (`SCORES`). Each is the attention mass a head puts on its target keys, averaged over
 the query rows where the behaviour is defined ("scored rows"), then over sequences. For one
 sequence and one head with pattern P [query_pos, key_pos] and a 0/1 detection pattern D:
@@ -68,6 +73,7 @@ as an induction head's must.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -223,6 +229,38 @@ def _loss_attrs(loss_by_target: torch.Tensor | None, seq_len: int) -> dict:
     }
 
 
+@dataclass
+class HeadScores:
+    """What `head_scores_result` measures: the per-head table and the scalars that go with it."""
+
+    table: pd.DataFrame  # one row per (layer, head), columns COLUMNS
+    chance: dict[str, float]  # each score under uniform attention on the same sequences
+    loss_by_position: list[float] | None  # mean next-token loss (nats) at targets 1..2n-1; None without an unembedding
+    loss_first_half: float | None
+    loss_second_half: float | None
+    in_context_drop: float | None  # first minus second half
+    n_seqs: int
+    seq_len: int
+    seed: int
+
+    def frame(self) -> pd.DataFrame:
+        """The table with the scalars in `attrs`, as `head_scores` returns it."""
+        df = self.table.copy()
+        df.attrs.update(
+            {
+                "n_seqs": self.n_seqs,
+                "seq_len": self.seq_len,
+                "seed": self.seed,
+                "chance": self.chance,
+                "loss_by_position": self.loss_by_position,
+                "loss_first_half": self.loss_first_half,
+                "loss_second_half": self.loss_second_half,
+                "in_context_drop": self.in_context_drop,
+            }
+        )
+        return df
+
+
 def head_scores(
     model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
 ) -> pd.DataFrame:
@@ -241,8 +279,15 @@ def head_scores(
         label. `df.attrs` holds "chance" (scores of uniform attention), "loss_by_position" (mean
         next-token loss in nats for target positions 1..2n-1), "loss_first_half",
         "loss_second_half", "in_context_drop" (first minus second half; None without an
-        unembedding) and the probe parameters.
+        unembedding) and the probe parameters; `head_scores_result` returns them as fields.
     """
+    return head_scores_result(model, n_seqs, seq_len, seed, batch_size).frame()
+
+
+def head_scores_result(
+    model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
+) -> HeadScores:
+    """`head_scores` as a `HeadScores`: the same table, the scalars as typed fields."""
     check_positive_int("n_seqs", n_seqs)
     check_positive_int("seq_len", seq_len, 2)
     check_positive_int("batch_size", batch_size)
@@ -259,17 +304,14 @@ def head_scores(
             rows.append(row)
     df = pd.DataFrame(rows)
     df["label"] = label_heads(df)
-    df = df[COLUMNS]
-    df.attrs.update(
-        {
-            "n_seqs": n_seqs,
-            "seq_len": seq_len,
-            "seed": seed,
-            "chance": chance_scores(tokens, is_causal(model)),
-            **_loss_attrs(None if loss_sum is None else loss_sum / n_seqs, seq_len),
-        }
+    return HeadScores(
+        table=df[COLUMNS],
+        chance=chance_scores(tokens, is_causal(model)),
+        **_loss_attrs(None if loss_sum is None else loss_sum / n_seqs, seq_len),
+        n_seqs=n_seqs,
+        seq_len=seq_len,
+        seed=seed,
     )
-    return df
 
 
 def in_context_loss(model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64) -> pd.DataFrame:
@@ -345,7 +387,24 @@ def source_chance(queries: torch.Tensor, sources: torch.Tensor, seq_len: int, ca
     return {"chance": chance, "positional": best / rows, "rows": rows}
 
 
-@torch.no_grad()
+@dataclass
+class SourceScores:
+    """What `source_attention_result` / `task_induction_result` measure: per-head scores and reference levels."""
+
+    table: pd.DataFrame  # one row per (layer, head), columns SOURCE_COLUMNS
+    chance: float  # see `source_chance`
+    positional: float
+    rows: int  # scored (sequence, query) pairs
+    n_seqs: int
+    hops: int | None = None  # the task's k (task_induction_result only)
+
+    def frame(self) -> pd.DataFrame:
+        """The table with the scalars in `attrs`, as `source_attention_scores` / `task_induction_scores` return it."""
+        df = self.table.copy()
+        df.attrs.update({"chance": self.chance, "positional": self.positional, "rows": self.rows, "n_seqs": self.n_seqs})
+        return df
+
+
 def source_attention_scores(
     model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
 ) -> pd.DataFrame:
@@ -374,8 +433,17 @@ def source_attention_scores(
 
     Returns:
         DataFrame with one row per (layer, head): layer, head, score, shuffled. `attrs`: "chance"
-        and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs".
+        and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs";
+        `source_attention_result` returns them as fields.
     """
+    return source_attention_result(model, tokens, queries, sources, batch_size).frame()
+
+
+@torch.no_grad()
+def source_attention_result(
+    model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
+) -> SourceScores:
+    """`source_attention_scores` as a `SourceScores`: the same table, the scalars as typed fields."""
     check_positive_int("batch_size", batch_size)
     if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
             or sources.ndim not in (2, 3):
@@ -420,8 +488,7 @@ def source_attention_scores(
          for layer in range(n_layers) for head in range(n_heads)],
         columns=SOURCE_COLUMNS,
     )
-    df.attrs.update({**source_chance(queries, sources, t, causal), "n_seqs": int(tokens.shape[0])})
-    return df
+    return SourceScores(table=df, **source_chance(queries, sources, t, causal), n_seqs=int(tokens.shape[0]))
 
 
 def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 256) -> pd.DataFrame:
@@ -431,11 +498,20 @@ def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 2
     the position predicting y_i, and the two positions holding its answer, the letter in X and
     its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
     which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the
-    lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k).
+    lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k);
+    `task_induction_result` returns the same as a `SourceScores`.
     """
+    result = task_induction_result(model, task, tokens, batch_size)
+    df = result.frame()
+    df.attrs["hops"] = result.hops
+    return df
+
+
+def task_induction_result(model, task, tokens: torch.Tensor, batch_size: int = 256) -> SourceScores:
+    """`task_induction_scores` as a `SourceScores` (with `hops` set)."""
     if not hasattr(task, "answer_sources"):
         raise ValueError(f"task {getattr(task, 'name', task)!r} defines no answer sources (answer_sources)")
     queries, sources = task.answer_sources(tokens)
-    df = source_attention_scores(model, tokens, queries, sources, batch_size)
-    df.attrs["hops"] = getattr(task, "hops", None)
-    return df
+    result = source_attention_result(model, tokens, queries, sources, batch_size)
+    result.hops = getattr(task, "hops", None)
+    return result
