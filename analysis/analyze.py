@@ -120,20 +120,23 @@ def _heads_applies(ctx: AnalysisContext) -> str | None:
 
 def _heads(ctx: AnalysisContext) -> AnalysisResult:
     """Head scores on repeated random sequences [r, r], as long as the context allows."""
-    from .heads import head_scores
+    from .heads import head_scores_result
 
     seq_len = min(ctx.options.seq_len, ctx.model.cfg.n_ctx // 2)
-    df = head_scores(ctx.model, n_seqs=ctx.options.n_seqs, seq_len=seq_len, seed=ctx.options.seed)
+    r = head_scores_result(ctx.model, n_seqs=ctx.options.n_seqs, seq_len=seq_len, seed=ctx.options.seed)
+    df = r.table
     tables = {"heads": df}
-    if df.attrs["loss_by_position"] is not None:
-        tables["in_context_loss"] = _loss_table(df.attrs["loss_by_position"], seq_len)
+    if r.loss_by_position is not None:
+        tables["in_context_loss"] = _loss_table(r.loss_by_position, seq_len)
     return AnalysisResult(tables, {
         "seq_len": seq_len,
         "top_induction": _head(df, "induction"),
         "top_previous_token": _head(df, "previous_token"),
-        "chance": df.attrs["chance"],
+        "chance": r.chance,
         "labels": df["label"].value_counts().to_dict(),
-        **{k: df.attrs[k] for k in ("loss_first_half", "loss_second_half", "in_context_drop")},
+        "loss_first_half": r.loss_first_half,
+        "loss_second_half": r.loss_second_half,
+        "in_context_drop": r.in_context_drop,
     })
 
 
@@ -185,18 +188,18 @@ def _ablation_applies(ctx: AnalysisContext) -> str | None:
 
 
 def _ablation(ctx: AnalysisContext) -> AnalysisResult:
-    from .ablation import head_ablation
+    from .ablation import head_ablation_result
 
     # (tokens, mask) for next-token tasks; (tokens, attention mask, labels) for classification tasks.
     batch = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
     tokens, mask, labels = batch[0], batch[1], (batch[2] if len(batch) > 2 else None)
-    df = head_ablation(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
-    return AnalysisResult({"ablation": df}, {
+    r = head_ablation_result(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
+    return AnalysisResult({"ablation": r.table}, {
         "method": ctx.options.ablation,
         "examples": int(tokens.shape[0]),
-        "baseline_loss": df.attrs["baseline_loss"],
-        "baseline_accuracy": df.attrs["baseline_accuracy"],
-        "top": df.head(3)[["layer", "head", "delta_loss", "delta_accuracy"]].to_dict("records"),
+        "baseline_loss": r.baseline_loss,
+        "baseline_accuracy": r.baseline_accuracy,
+        "top": r.table.head(3)[["layer", "head", "delta_loss", "delta_accuracy"]].to_dict("records"),
     })
 
 
@@ -207,13 +210,13 @@ def _task_induction_applies(ctx: AnalysisContext) -> str | None:
 
 
 def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
-    from .heads import task_induction_scores
+    from .heads import task_induction_result
 
     tokens = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))[0]
-    df = task_induction_scores(ctx.model, ctx.task, tokens)
+    r = task_induction_result(ctx.model, ctx.task, tokens)
     ablation = ctx.results.get("ablation")
-    return AnalysisResult({"task_induction": df}, _task_induction_summary(
-        df, ablation.tables["ablation"] if ablation else None, ctx.options.ablation, ctx.task.name))
+    return AnalysisResult({"task_induction": r.table}, _task_induction_summary(
+        r, ablation.tables["ablation"] if ablation else None, ctx.options.ablation, ctx.task.name))
 
 
 # The registry, in the order they run (task_induction reads the ablation table).
@@ -357,7 +360,7 @@ def _head(df, column: str) -> dict[str, Any]:
 
 
 
-def _task_induction_summary(scores, ablation_df, method: str, task_name: str) -> dict[str, Any]:
+def _task_induction_summary(result, ablation_df, method: str, task_name: str) -> dict[str, Any]:
     """The head with the highest task-aligned induction score, its reference levels, and what ablating it costs.
 
     `top` holds the head's layer, head, score and shuffled score (its mass on other sequences'
@@ -367,6 +370,7 @@ def _task_induction_summary(scores, ablation_df, method: str, task_name: str) ->
     with that head ablated and `accuracy_drop` = intact minus ablated accuracy (fractions; positive
     = the head is needed). None when ablation was switched off (--ablation none).
     """
+    scores = result.table
     top = _head(scores, "score")
     top["shuffled"] = float(scores.loc[scores["score"].idxmax(), "shuffled"])
     ablated = None
@@ -379,12 +383,12 @@ def _task_induction_summary(scores, ablation_df, method: str, task_name: str) ->
             "delta_loss": float(row["delta_loss"]),
         }
     return {
-        "inputs": f"first {scores.attrs['n_seqs']} rows of the {task_name} eval set",
-        "hops": scores.attrs.get("hops"),
-        "rows": scores.attrs["rows"],
+        "inputs": f"first {result.n_seqs} rows of the {task_name} eval set",
+        "hops": result.hops,
+        "rows": result.rows,
         "top": top,
-        "chance": scores.attrs["chance"],
-        "positional": scores.attrs["positional"],
+        "chance": result.chance,
+        "positional": result.positional,
         "ablation": ablated,
     }
 
