@@ -172,7 +172,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
     )
     try:
-        cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)  # where train() will look for it too  # validate the task and model shape before writing the run directory
+        # Validate the task and model shape before writing the run directory (the cache is where train() looks).
+        cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
     except ValueError as e:
         raise CLIError(str(e)) from None
     try:

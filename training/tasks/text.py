@@ -191,22 +191,23 @@ class LanguageModeling(_TextTask):
 
 
 class SentimentClassification(_TextTask):
-    """Sentence classification (`--task sentiment`): bidirectional attention, mean-pooled, a class head.
+    """Sentence classification (`--task sentiment`): bidirectional attention, pooled, a class head.
 
     Rows are `<|endoftext|>` + the text's tokens, cut to `seq_len` and right-padded with `<pad>`;
     `sample` returns (tokens, mask of real tokens, labels) for rows drawn uniformly from the training
     split; `eval_set()` is the held-out split in a fixed shuffled order. Local files are split per class
     (`val_fraction` of each), and so is `yelp_polarity-1k` (a fixed 1,000-review sample); `yelp_polarity`
     uses its train/test splits. `classes` lists the label values in the files (default "0" "1"); class i
-    is the i-th. The model gets `causal=False` and
-    `n_classes=len(classes)` (`model_overrides`). Metric: accuracy ("label").
+    is the i-th. The model gets `causal=False` and `n_classes=len(classes)` (`model_overrides`); it
+    reads the class from the last real token (ModelConfig.pooling "last", the authors' choice) or the
+    mean over real tokens ("mean"). Metric: accuracy ("label").
     """
 
     name = "sentiment"
     metric = "label"
     objective = "classification"
     default_classes = ("0", "1")
-    layout = "<|endoftext|> w_1 .. w_k <pad> ..  -> [label]   (mean over the real tokens)"
+    layout = "<|endoftext|> w_1 .. w_k <pad> ..  -> [label]   (read at the last real token, or their mean)"
     _dataset_kind = "labelled"
 
     def __init__(
