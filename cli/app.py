@@ -8,7 +8,7 @@ a wheel installed elsewhere has no app.py and gets a one-line error saying so.
 from __future__ import annotations
 
 import argparse
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -55,8 +55,10 @@ def streamlit_command(runs: Path, port: int | None = None, headless: bool = Fals
 
 
 def cmd_app(args: argparse.Namespace) -> int:
+    """Become the Streamlit server (exec): SIGTERM, SIGINT and SIGHUP then reach the server itself, and no
+    child is left serving after `kill PID`."""
     cmd = streamlit_command(args.runs, args.port, args.headless)
-    try:
-        return subprocess.call(cmd)
-    except KeyboardInterrupt:
-        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)
+    return 0  # not reached (os.execv replaces this process; tests patch it)

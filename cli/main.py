@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from models import VARIANTS
-from training.rundir import DATA_CACHE_DIR, RUNS_SUMMARY
+from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
 from training.tasks import TASKS, task_parameters
-from training.trainer import PRECISIONS, TrainConfig, TrainingDiverged, train
+from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, train
 
 from . import analyze, app, figures, reproduce
 from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser
@@ -176,10 +176,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
     except ValueError as e:
         raise CLIError(str(e)) from None
+    if args.resume and not is_run_dir(args.out):
+        raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
+                       "drop --resume to start one")
     try:
         summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
-    except FileExistsError as e:
-        raise CLIError(str(e)) from None
+    except (FileExistsError, SettingsChanged, RunLocked) as e:
+        raise CLIError(f"mixit train: error: {e}") from None
     print(
         f"{args.out}: {summary['status']} at step {summary['step']}, "
         f"eval_acc {summary.get('eval_acc') or 0:.4f}, eval_loss {summary.get('eval_loss') or float('nan'):.4f}"
@@ -201,7 +204,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.workers < 1:
         raise CLIError(f"--workers={args.workers} must be >= 1")
-    summary = run_sweep(runs, args.out, workers=args.workers)
+    try:
+        summary = run_sweep(runs, args.out, workers=args.workers)
+    except SettingsChanged as e:
+        raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")
                if c in summary]
     print(summary[columns].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
@@ -213,6 +219,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    args = argparse.Namespace(command="")  # until parsed
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -226,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TrainingDiverged, ValueError, FileNotFoundError) as e:
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as e:  # permission, not a directory, no space, read-only file system: one line naming the path
+        print(f"mixit {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        print("mixit: interrupted; rerun with --resume to continue from the last checkpoint", file=sys.stderr)
+        hint = ("rerun with --resume to continue from the last checkpoint" if args.command == "train" else
+                "rerun the same command to continue: finished work is kept")
+        print(f"mixit {args.command}: interrupted; {hint}", file=sys.stderr)
         return EXIT_INTERRUPTED

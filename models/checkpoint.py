@@ -56,8 +56,8 @@ def save_model(model: torch.nn.Module, path: str | Path) -> Path:
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory for `path`: itself, or `path/checkpoint` for a training run directory."""
     path = Path(path)
-    if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT_DIR / CONFIG_FILE).exists():
-        return path / RUN_CHECKPOINT_DIR
+    if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT_DIR).is_dir():
+        return path / RUN_CHECKPOINT_DIR  # a run directory (its errors then name checkpoint/config.json)
     return path
 
 

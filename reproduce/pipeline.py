@@ -29,10 +29,10 @@ from tqdm.auto import tqdm
 from analysis.analyze import AnalysisOptions
 from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
-    is_run_dir, read_run_info, read_summary, write_json, write_runs_table,
+    read_summary, write_json, write_runs_table,
 )
 from training.sweep import Run, _tasks_from_file, expand_grid, pool_map, train_runs
-from training.trainer import TrainConfig
+from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
 
@@ -135,20 +135,14 @@ def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
 
 def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
     """Refuse to reuse a run directory trained with a different configuration (e.g. an edited preset)."""
-    if not is_run_dir(run_dir):
-        return
     try:
-        saved = read_run_info(run_dir)["train"]
+        diff = settings_differences(run_dir, cfg)
     except (ValueError, OSError):
         return  # unreadable: the trainer's own check reports it
-    wanted = cfg.to_dict()
-    diff = [k for k in wanted if k not in ("device", "compile") and saved.get(k, wanted[k]) != wanted[k]
-            and not (isinstance(wanted[k], tuple) and list(wanted[k]) == saved.get(k))]
     if diff:
-        k = diff[0]
-        raise ValueError(
-            f"{run_dir} was trained with {k}={saved.get(k)!r}, the preset now says {k}={wanted[k]!r}; "
-            "move that directory away or reproduce into another --out"
+        listed = "; ".join(f"{k}={old!r}, the preset now says {k}={new!r}" for k, old, new in diff)
+        raise SettingsChanged(
+            f"{run_dir} was trained with {listed}; move that directory away or reproduce into another --out"
         )
 
 

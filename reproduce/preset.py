@@ -40,6 +40,18 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
         raise ValueError(f"{where} unknown keys {unknown}; allowed: {sorted(allowed)}")
 
 
+def _check_train(where: str, train: Any) -> None:
+    """A `train:` block holds TrainConfig fields only (checked when the preset loads, not after training)."""
+    from training.trainer import TrainConfig
+
+    if not isinstance(train or {}, dict):
+        raise ValueError(f"{where} must be a mapping of TrainConfig fields")
+    allowed = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(train or {}) - allowed)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+
+
 @dataclass
 class Study:
     """One grid of training runs: variants x tasks x sizes x seeds x lrs (see training.sweep.expand_grid)."""
@@ -58,6 +70,7 @@ class Study:
         if not isinstance(data, dict) or "tasks" not in data:
             raise ValueError(f"{where}study {name!r} must be a mapping with 'tasks'")
         _check_keys(f"{where}study {name!r} has", data, cls)
+        _check_train(f"{where}study {name!r}: train", data.get("train"))
         if data.get("text") not in (None, *TEXT_KINDS):
             raise ValueError(f"{where}study {name!r}: text={data['text']!r} must be one of {sorted(TEXT_KINDS)}")
         lists = {k: _as_list(data[k]) for k in ("tasks", "variants", "sizes", "seeds", "lrs") if k in data}
@@ -84,6 +97,7 @@ class Preset:
         if not isinstance(data, dict) or "studies" not in data or not isinstance(data["studies"], dict):
             raise ValueError(f"{where}: a preset is a mapping with 'studies' (and name, train, analysis, signal, speed)")
         _check_keys(f"{where}: preset has", data, cls)
+        _check_train(f"{where}: train", data.get("train"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
         blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed")}
         return cls(**{**data, **blocks, "name": str(data.get("name", where)), "studies": studies})

@@ -286,7 +286,7 @@ def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, monkeypatc
 
     assert COMMAND_MODULES[-1] is app_cli
     launched = []
-    monkeypatch.setattr(app_cli.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    monkeypatch.setattr(app_cli.os, "execv", lambda path, cmd: launched.append(cmd))
     assert main(["app", str(explorer_runs["root"]), "--port", "8765", "--headless"]) == 0
     cmd = launched[0]
     assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
@@ -300,7 +300,7 @@ def test_mixit_app_bad_input_is_one_line(explorer_runs, monkeypatch, capsys, arg
     from cli import app as app_cli
     from cli.main import main
 
-    monkeypatch.setattr(app_cli.subprocess, "call", lambda cmd: pytest.fail("must not launch"))
+    monkeypatch.setattr(app_cli.os, "execv", lambda path, cmd: pytest.fail("must not launch"))
     args = [str(explorer_runs["root"]) if a == "ROOT" else a for a in args]
     assert main(["app", *args]) == 2
     err = capsys.readouterr().err

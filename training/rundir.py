@@ -30,11 +30,12 @@ readers skip a line cut off by a kill.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -60,9 +61,14 @@ MANIFEST = "reproduce.json"
 SIGNAL_FILE = "signal/signal.csv"
 SPEED_FILE = "speed/speed.csv"
 SKIP_DIRS = {CHECKPOINT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
+LOCK_FILE = ".lock"  # in a run directory: held (flock) by the process writing it
+
+
+class RunLocked(RuntimeError):
+    """Another live process is writing this run directory."""
 
 __all__ = [
-    "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "MANIFEST",
+    "LOCK_FILE", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "MANIFEST",
     "METRICS_FILE", "RUNS_SUMMARY", "RUN_FILE", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
     "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
@@ -88,6 +94,43 @@ def find_runs(root: str | Path) -> list[Path]:
         else:
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
     return sorted(found)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory's exclusive lock for the block; RunLocked (naming the holder's PID) if another
+    process holds it.
+
+    An OS file lock (flock): the kernel drops it when the holder exits or is killed, so a lock is never
+    stale, and a file left behind by a dead process is simply taken over. Readers need no lock:
+    every file they read is replaced atomically. Where flock does not exist (Windows) runs are not locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = Path(run_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise RunLocked(f"{run_dir} is being written by another process (PID {holder}); "
+                            "wait for it to finish or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def is_empty_run_dir(path: str | Path) -> bool:
+    """Whether `path` is missing or holds nothing but (possibly) a lock file."""
+    path = Path(path)
+    return not path.exists() or all(p.name == LOCK_FILE for p in path.iterdir())
 
 
 def group_of(study: str) -> str:
@@ -205,6 +248,9 @@ def find_checkpoint(path: str | Path) -> CheckpointRef:
         parent = path.resolve().parent
         in_run = path.name == CHECKPOINT_DIR and is_run_dir(parent)
         return CheckpointRef(path, path.parent if in_run else None)
+    if is_run_dir(path):
+        raise FileNotFoundError(f"{path} is a run directory without a checkpoint yet "
+                                f"({path / CHECKPOINT_DIR / CONFIG_FILE} is missing)")
     raise ValueError(
         f"{path} is neither a run directory (run.json + checkpoint/) nor a checkpoint directory "
         f"({CONFIG_FILE} + {WEIGHTS_FILE})"

@@ -31,9 +31,9 @@ from tqdm.auto import tqdm
 
 from models import VARIANTS
 
-from .rundir import RUNS_SUMMARY, SWEEP_FILE, is_finished, read_summary, write_runs_table, write_text
+from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, write_runs_table, write_text
 from .tasks import TASKS
-from .trainer import TrainConfig, train
+from .trainer import TrainConfig, check_same_settings, train
 
 Run = tuple[str, TrainConfig]
 
@@ -196,6 +196,8 @@ def train_one(job: TrainJob) -> dict[str, Any]:
     try:
         summary = train(cfg, job.run_dir, resume=True, progress=False,
                         argv=["mixit", job.command, f"(run {job.name})"])
+    except RunLocked as e:  # another sweep (or mixit train) is training it: leave it to that one
+        summary = {"status": "running elsewhere", "message": str(e), "variant": cfg.variant, "task": cfg.task}
     except Exception as e:  # one failed run must not stop the sweep
         summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
     summary.setdefault("elapsed_s", time.perf_counter() - start)
@@ -239,10 +241,16 @@ def train_runs(runs: Sequence[Run], out: Path, workers: int, command: str) -> It
 
 
 def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool = True) -> pd.DataFrame:
-    """Train every run not yet finished, `workers` at a time; write and return summary.csv."""
+    """Train every run not yet finished, `workers` at a time; write and return summary.csv.
+
+    SettingsChanged (before anything trains) if a run directory holds a run with other settings; a run
+    that another process is writing is left to it (status "running elsewhere").
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / SWEEP_FILE, json.dumps([{"run": n, **c.to_dict()} for n, c in runs], indent=1) + "\n")
+    for name, cfg in runs:  # before anything trains: every existing run must have the settings asked for
+        check_same_settings(out / name, cfg)
     rows: dict[str, dict] = {}
     todo = []
     for name, cfg in runs:

@@ -37,7 +37,8 @@ from models.transformer import derive_seed
 
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
-    atomic_directory, is_finished, read_json, read_summary, truncate_metrics, write_json, write_text,
+    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, read_json, read_run_info, read_summary, run_lock,
+    truncate_metrics, write_json, write_text,
 )
 from .tasks import Task, TrainStream, get_task
 
@@ -345,20 +346,52 @@ def train(
     """Train one model as described by `cfg`, writing the run directory `out_dir`. Returns the summary.
 
     With resume=True an unfinished run continues from its last checkpoint and ends with the same
-    weights as an uninterrupted run; a finished run is returned as is.
+    weights as an uninterrupted run; a finished run is returned as is. Either way the run's settings
+    must be cfg's (SettingsChanged lists the differences). RunLocked if another process is writing
+    out_dir; FileExistsError if resume=False and out_dir already holds something.
     """
     out = Path(out_dir)
-    ckpt = out / CHECKPOINT_DIR
-    if resume and is_finished(out):
-        return read_summary(out)
-    if not resume and out.exists() and any(out.iterdir()):
+    if not resume and not is_empty_run_dir(out):
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-    if resume and out.exists() and (out / RUN_FILE).is_file():
-        saved = TrainConfig.from_dict(read_json(out / RUN_FILE)["train"])
-        if saved != cfg:
-            diff = [k for k in cfg.to_dict() if cfg.to_dict()[k] != saved.to_dict()[k]]
-            raise ValueError(f"{out / RUN_FILE}: cannot resume with a different config (differs in {diff})")
+    with run_lock(out):  # one writer per run directory; RunLocked names the other one
+        if resume:
+            check_same_settings(out, cfg)
+            if is_finished(out):
+                return read_summary(out)
+        return _train(cfg, out, resume, progress, argv)
 
+
+class SettingsChanged(ValueError):
+    """A run directory holds a run trained with other settings than those asked for."""
+
+
+IGNORED_SETTINGS = ("device", "compile")  # how a run executes, not what it computes
+
+
+def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[str, Any, Any]]:
+    """(setting, value in the run, value in cfg) for each setting in which cfg differs from the run in
+    run_dir; none if it holds no run. Device and torch.compile may differ (resuming elsewhere is fine)."""
+    if not is_run_dir(run_dir):
+        return []
+    saved = TrainConfig.from_dict(read_run_info(run_dir)["train"]).to_dict()
+    wanted = cfg.to_dict()
+    return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
+
+
+def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
+    """SettingsChanged, listing every difference, if run_dir holds a run trained with other settings."""
+    diff = settings_differences(run_dir, cfg)
+    if diff:
+        listed = "; ".join(f"{k}={old!r} in the run, {k}={new!r} now" for k, old, new in diff)
+        raise SettingsChanged(
+            f"{Path(run_dir) / RUN_FILE}: cannot resume with a different config (differs in "
+            f"{', '.join(k for k, _, _ in diff)}: {listed}); choose another --out or move the run away"
+        )
+
+
+def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None) -> dict[str, Any]:
+    """The body of `train`, run while holding the run directory's lock."""
+    ckpt = out / CHECKPOINT_DIR
     device = pick_device(cfg.device)
     if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
         warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "

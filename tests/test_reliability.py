@@ -1,0 +1,178 @@
+"""What a run directory promises under concurrent writers, changed settings, OS errors and signals.
+
+Each test injects the fault (a second writer, an edited setting, a read-only or full disk, Ctrl-C, a
+SIGTERM to the explorer) and checks the documented outcome and exit status (README, "What we promise").
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from cli.main import main
+from conftest import ROOT
+from models import load_model
+from training import TrainConfig, train
+from training.rundir import RunLocked, find_checkpoint, run_lock
+from training.sweep import run_sweep
+from training.trainer import SettingsChanged
+
+TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
+            lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
+TRAIN_ARGS = ["--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+              "--batch-size", "16", "--eval-every", "10", "--eval-samples", "64", "--quiet"]
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------- one writer per run
+def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, capsys):
+    run = tmp_path / "run"
+    with run_lock(run):
+        with pytest.raises(RunLocked, match=rf"PID {os.getpid()}"):
+            train(TrainConfig(**TINY, steps=10), run, resume=True, progress=False)
+        code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+        assert code == EXIT_USAGE and f"PID {os.getpid()}" in err and err.count("\n") == 1
+    assert train(TrainConfig(**TINY, steps=10), run, resume=True, progress=False)["status"] == "finished"
+
+
+def test_a_sweep_leaves_a_run_that_another_process_writes(tmp_path):
+    cfg = TrainConfig(**TINY, steps=10)
+    with run_lock(tmp_path / "busy"):
+        table = run_sweep([("busy", cfg), ("free", cfg)], tmp_path, progress=False)
+    status = dict(zip(table["run"], table["status"]))
+    assert status == {"busy": "running elsewhere", "free": "finished"}
+    assert not (tmp_path / "busy" / "run.json").exists()  # untouched
+
+
+@pytest.mark.slow
+def test_two_concurrent_sweeps_train_each_run_once(tmp_path):
+    """Two `mixit sweep` processes into one folder: every run is trained by one of them, its metrics in order."""
+    argv = [sys.executable, "-m", "cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
+            "mixit", "--seeds", "0", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "60",
+            "--batch-size", "16", "--eval-every", "20", "--eval-samples", "64", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode in (0, 1) for p in procs), outputs  # 1: some runs were left to the other sweep
+    runs = [d for d in tmp_path.iterdir() if (d / "run.json").is_file()]
+    assert len(runs) == 4
+    for run in runs:
+        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert steps == sorted(set(steps)) and steps[-1] == 60, (run.name, steps)
+        assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
+# --------------------------------------------------------------------------- resume continues exactly this run
+def test_resume_refuses_other_settings_even_on_a_finished_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)[0] == EXIT_OK
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "20", "--lr", "0.01", "--out", str(run), "--resume"],
+                           capsys)
+    assert code == EXIT_USAGE and "differs in steps, lr" in err and "steps=10 in the run, steps=20 now" in err
+    assert json.loads((run / "summary.json").read_text())["step"] == 10  # untouched
+    with pytest.raises(SettingsChanged):
+        run_sweep([("run", TrainConfig(**{**TINY, "lr": 0.01}, steps=10))], tmp_path, progress=False)
+
+
+def test_resume_needs_a_run(tmp_path, capsys):
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(tmp_path / "none"), "--resume"],
+                           capsys)
+    assert code == EXIT_USAGE and "holds no run to resume" in err and not (tmp_path / "none").exists()
+
+
+def test_a_typo_in_a_presets_train_block_is_a_usage_error(tmp_path, capsys):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("train: {stpes: 3}\nstudies: {a: {tasks: [addition]}}\n")
+    code, _, err = run_cli(["reproduce", "--preset", str(preset), "--dry-run"], capsys)
+    assert code == EXIT_USAGE and "train has unknown keys ['stpes']" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- OS errors are one line, exit 2
+def test_out_naming_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(tmp_path / "file")], capsys)
+    assert code == EXIT_USAGE and err.count("\n") == 1 and str(tmp_path / "file") in err
+
+
+@pytest.mark.parametrize("code, reason", [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left")])
+def test_a_read_only_or_full_disk_is_one_line(tmp_path, capsys, monkeypatch, code, reason):
+    import training.trainer as trainer_mod
+
+    def refuse(path, data):
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(trainer_mod, "write_json", refuse)
+    exit_code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(tmp_path / "run")], capsys)
+    assert exit_code == EXIT_USAGE and reason in err and "run.json" in err and err.count("\n") == 1
+
+
+def test_a_run_without_a_checkpoint_yet_is_named_as_such(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"train": TrainConfig(**TINY).to_dict()}))
+    with pytest.raises(FileNotFoundError, match="run directory without a checkpoint yet"):
+        find_checkpoint(run)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint/config\.json"):
+        load_model(run)
+
+
+def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
+    import training.sweep as sweep_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_mod, "train", interrupted)
+    code, _, err = run_cli(["sweep", "--tasks", "addition", "--variants", "standard", "--steps", "5",
+                            "--out", str(tmp_path)], capsys)
+    assert code == EXIT_INTERRUPTED and "rerun the same command" in err and "--resume" not in err
+
+
+# --------------------------------------------------------------------------- the explorer stops on SIGTERM
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_mixit_app_stops_on_a_signal_and_frees_its_port(tmp_path, sig):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "app", str(tmp_path), "--port", str(port), "--headless"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not _listening(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "the explorer did not start"
+            time.sleep(0.5)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _listening(port), "something still serves on the port"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
