@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.analyze import ABLATION_METHODS, AnalysisOptions
+from models.checkpoint import CheckpointError
 from training.rundir import ANALYSIS_DIR, RUNS_SUMMARY, atomic_file
 
 from .common import CLIError
@@ -104,7 +105,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         try:
             status, result = analyze_checkpoint(path, out_dir, _options(args), device=args.device, force=args.force)
-        except FileExistsError as e:
+        except (FileExistsError, CheckpointError) as e:
             raise CLIError(f"mixit analyze: error: {e}") from None
         note = "checkpoint unchanged" if status == "cached" else f"{time.perf_counter() - started:.1f}s"
         skipped = f"; skipped: {', '.join(result['skipped'])}" if result["skipped"] else ""

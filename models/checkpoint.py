@@ -8,13 +8,15 @@ name and never loses the previous one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save_file
 
 from .config import LEGACY_DEFAULTS, ModelConfig
 from .files import atomic_directory, atomic_file, write_json
@@ -34,13 +36,15 @@ class CheckpointError(ValueError):
 
 
 def write_model_files(model: torch.nn.Module, directory: Path) -> None:
-    """Write config.json, model.safetensors and (if the model has one) tokenizer.json into an existing directory."""
-    write_json(
-        directory / CONFIG_FILE,
-        {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model.config.to_dict()},
-    )
+    """Write model.safetensors, config.json (with the weights' SHA-256, checked on load) and (if the model has
+    one) tokenizer.json into an existing directory."""
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
+    write_json(
+        directory / CONFIG_FILE,
+        {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model.config.to_dict(),
+         "weights_sha256": hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()},
+    )
     if getattr(model, "tokenizer", None) is not None:
         with atomic_file(directory / TOKENIZER_FILE) as fh:
             fh.write(tokenizer_to_json(model.tokenizer))
@@ -97,10 +101,15 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"checkpoint is missing {weights}")
+    data = weights.read_bytes()
     try:
-        state = load_file(str(weights))
+        state = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights}: cannot read safetensors file ({e}); it may be truncated") from None
+    expected = json.loads((path / CONFIG_FILE).read_text()).get("weights_sha256")  # absent before it was stored
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise CheckpointError(f"{weights}: contents do not match the SHA-256 recorded in {CONFIG_FILE}; "
+                              "the file is corrupt (restore it, or retrain)")
     tokenizer = None
     tokenizer_file = path / TOKENIZER_FILE
     if tokenizer_file.is_file():

@@ -60,9 +60,12 @@ def read_json(path: str | Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory; on success it replaces `path` in one swap.
+    """Yield a temporary directory; on success it replaces `path`.
 
-    On error the temporary directory is removed and any existing `path` is left untouched.
+    The directory is built as `.NAME.tmp-*`, renamed to `.NAME.new-*` once complete and synced, and then
+    swapped in (the previous `path` moves to `.NAME.old-*/NAME` first and is deleted last). A kill at any
+    point leaves either `path` or a complete copy that `recover_directory` puts back. On an error the
+    temporary directory is removed and any existing `path` is left untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,16 +73,48 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_tree(tmp)
+        new = tmp.with_name(tmp.name.replace(".tmp-", ".new-", 1))
+        os.replace(tmp, new)  # complete from here on
+        tmp = new
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
             os.replace(path, old / path.name)
-            os.replace(tmp, path)
+            os.replace(new, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, path)
+            os.replace(new, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def recover_directory(path: str | Path) -> bool:
+    """Put back `path` if a kill during `atomic_directory`'s swap left it missing: the newest complete new copy
+    (`.NAME.new-*`), else the previous one (`.NAME.old-*/NAME`). True if it did. Call it only while no other
+    process writes `path` (the trainer holds the run's lock)."""
+    path = Path(path)
+    if path.exists() or not path.parent.is_dir():
+        return False
+    by_age = lambda p: p.stat().st_mtime_ns  # noqa: E731
+    newer = sorted(path.parent.glob(f".{path.name}.new-*"), key=by_age, reverse=True)
+    older = sorted((p / path.name for p in path.parent.glob(f".{path.name}.old-*") if (p / path.name).is_dir()),
+                   key=by_age, reverse=True)
+    for candidate in newer + older:
+        os.replace(candidate, path)
+        return True
+    return False
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Delete what killed `atomic_directory` calls left beside `path` (`.NAME.tmp-*`, `.new-*`, `.old-*`);
+    returns them. Only while no other process writes `path`."""
+    path = Path(path)
+    removed = []
+    for kind in ("tmp", "new", "old"):
+        for p in path.parent.glob(f".{path.name}.{kind}-*"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 def _fsync_tree(directory: Path) -> None:

@@ -176,3 +176,85 @@ def test_mixit_app_stops_on_a_signal_and_frees_its_port(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --------------------------------------------------------------------------- checkpoints verify themselves
+def test_flipped_bytes_in_the_weights_are_refused_naming_the_file(tmp_path, capsys):
+    from models.checkpoint import CheckpointError
+
+    run = tmp_path / "run"
+    train(TrainConfig(**TINY, steps=10), run, progress=False)
+    weights = run / "checkpoint" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-7] ^= 0xFF  # inside the last tensor's data: the file still parses
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: contents do not match the SHA-256"):
+        load_model(run)
+    code, _, err = run_cli(["analyze", str(run), "--n-seqs", "4", "--seq-len", "4"], capsys)
+    assert code == EXIT_USAGE and "model.safetensors" in err and err.count("\n") == 1
+
+
+def test_a_kill_between_the_swaps_steps_is_recovered_on_resume(tmp_path):
+    """The state a kill leaves after the old checkpoint moved aside and before the new one moved in:
+    resume puts back a complete checkpoint, keeps the metrics, and ends as an uninterrupted run."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    cfg = TrainConfig(**TINY, steps=20)
+    train(cfg, tmp_path / "whole", progress=False)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False)  # checkpoints at steps 10 and 20
+    (run / "summary.json").unlink()  # as if killed while saving step 20: the old state aside, the new one not in
+    old = run / ".checkpoint.old-killed"
+    old.mkdir()
+    (run / "checkpoint").rename(old / "checkpoint")
+    (run / ".checkpoint.tmp-killed").mkdir()  # a save killed half-way
+    metrics = (run / "metrics.jsonl").read_text()
+    summary = train(cfg, run, resume=True, progress=False)
+    assert summary["status"] == "finished" and summary["step"] == 20
+    assert (run / "metrics.jsonl").read_text() == metrics  # continued, not restarted from step 0
+    assert not list(run.glob(".checkpoint.*"))  # leftovers cleaned
+    a = load_file(str(run / "checkpoint" / "model.safetensors"))
+    b = load_file(str(tmp_path / "whole" / "checkpoint" / "model.safetensors"))
+    assert all(a[k].equal(b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_path):
+    """Real SIGKILLs (no cleanup runs) at random moments, then --resume until done: the same weights and
+    the same metrics as a run that was never killed."""
+    import random
+
+    from safetensors.torch import load_file
+
+    steps, out = 400, tmp_path / "killed"
+    argv = [sys.executable, "-m", "cli", "train", *TRAIN_ARGS, "--steps", str(steps), "--checkpoint-every", "5",
+            "--eval-every", "100", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    rng = random.Random(0)
+    kills = 0
+    for attempt in range(4):
+        proc = subprocess.Popen(argv + (["--resume"] if (out / "run.json").exists() else []), cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(2.5, 6.0))
+        if proc.poll() is None:
+            proc.kill()
+            kills += 1
+        proc.wait()
+    done = subprocess.run(argv + (["--resume"] if (out / "run.json").exists() else []), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert kills >= 1  # at least one run really was killed mid-way
+    whole = tmp_path / "whole"
+    subprocess.run([a if a != str(out) else str(whole) for a in argv], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=600)
+    a = load_file(str(out / "checkpoint" / "model.safetensors"))
+    b = load_file(str(whole / "checkpoint" / "model.safetensors"))
+    assert all(a[k].equal(b[k]) for k in a)
+
+    def evals(run):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["eval_loss"], r["eval_acc"]) for r in rows if "eval_loss" in r]
+
+    assert evals(out) == evals(whole) and [s for s, _, _ in evals(out)] == [100, 200, 300, 400]

@@ -229,7 +229,7 @@ def test_hub_dataset_offline_fails_fast(monkeypatch, capsys, tmp_path):
     assert time.monotonic() - start < 3
     code = main(["train", "--task", "sentiment", "--dataset", "yelp_polarity", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
-    assert code != 0 and "'yelp_polarity'" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "'yelp_polarity'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
 
 
@@ -405,7 +405,7 @@ def test_bad_text_options_through_the_cli(tmp_path, capsys):
     ]:
         code = main(argv + ["--out", str(tmp_path / "run")])
         err = capsys.readouterr().err
-        assert code != 0 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert not (tmp_path / "run").exists()
 
 

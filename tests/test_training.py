@@ -198,7 +198,7 @@ def run_cli(argv, capsys):
 def test_cli_bad_input_one_line_error(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(argv, capsys)
-    assert code != 0
+    assert code == 2  # bad input: the documented exit status
     assert needle in err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x").exists()

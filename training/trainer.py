@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
+from models.files import recover_directory, remove_leftovers
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import derive_seed
 
@@ -392,6 +393,9 @@ def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
 def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None) -> dict[str, Any]:
     """The body of `train`, run while holding the run directory's lock."""
     ckpt = out / CHECKPOINT_DIR
+    if resume:
+        recover_directory(ckpt)  # a kill in the middle of swapping a checkpoint in left it beside its place
+    remove_leftovers(ckpt)  # temporary copies of killed saves
     device = pick_device(cfg.device)
     if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
         warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "
