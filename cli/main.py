@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from models import VARIANTS
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
 from training.tasks import TASKS, task_parameters
+from training.trackers import TRACKERS, check_tracker
 from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, train
 
 from . import analyze, app, figures, reproduce
@@ -81,6 +82,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=None, help="default: every eval")
     parser.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     parser.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    parser.add_argument("--tracker", choices=TRACKERS, default="none",
+                        help="also send the metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases "
+                             "(offline unless logged in); metrics.jsonl stays the source of truth")
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
                         help="auto: bf16 autocast on CUDA, fp32 elsewhere; bf16: autocast on a CPU too "
                              "(fast where it has avx512_bf16 or AMX); fp32: full precision everywhere")
@@ -176,11 +180,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
     except ValueError as e:
         raise CLIError(str(e)) from None
+    try:
+        check_tracker(args.tracker)
+    except ValueError as e:
+        raise CLIError(f"mixit train: error: {e}") from None
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        "drop --resume to start one")
     try:
-        summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
+        summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet, tracker=args.tracker)
     except (FileExistsError, SettingsChanged, RunLocked) as e:
         raise CLIError(f"mixit train: error: {e}") from None
     print(
@@ -205,8 +213,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CLIError(f"--workers={args.workers} must be >= 1")
     try:
-        summary = run_sweep(runs, args.out, workers=args.workers)
-    except SettingsChanged as e:
+        check_tracker(args.tracker)
+        summary = run_sweep(runs, args.out, workers=args.workers, tracker=args.tracker)
+    except ValueError as e:  # a missing tracker package, or SettingsChanged
         raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")
                if c in summary]

@@ -183,6 +183,7 @@ class TrainJob:
     config: dict[str, Any]  # TrainConfig.to_dict()
     run_dir: str
     command: str  # recorded in run.json as the command that trained it ("sweep", "reproduce")
+    tracker: str | None = None  # training.trackers: also send the metrics to TensorBoard or W&B
 
 
 def train_one(job: TrainJob) -> dict[str, Any]:
@@ -195,7 +196,7 @@ def train_one(job: TrainJob) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         summary = train(cfg, job.run_dir, resume=True, progress=False,
-                        argv=["mixit", job.command, f"(run {job.name})"])
+                        argv=["mixit", job.command, f"(run {job.name})"], tracker=job.tracker)
     except RunLocked as e:  # another sweep (or mixit train) is training it: leave it to that one
         summary = {"status": "running elsewhere", "message": str(e), "variant": cfg.variant, "task": cfg.task}
     except Exception as e:  # one failed run must not stop the sweep
@@ -234,13 +235,15 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> Ite
         pool.join()
 
 
-def train_runs(runs: Sequence[Run], out: Path, workers: int, command: str) -> Iterator[dict[str, Any]]:
+def train_runs(runs: Sequence[Run], out: Path, workers: int, command: str,
+               tracker: str | None = None) -> Iterator[dict[str, Any]]:
     """Train `runs` (in the order given) into out/<name>, `workers` at a time; yield each summary row."""
-    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command) for name, cfg in runs]
+    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker) for name, cfg in runs]
     yield from pool_map(train_one, jobs, workers)
 
 
-def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool = True,
+              tracker: str | None = None) -> pd.DataFrame:
     """Train every run not yet finished, `workers` at a time; write and return summary.csv.
 
     SettingsChanged (before anything trains) if a run directory holds a run with other settings; a run
@@ -260,7 +263,7 @@ def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool
             todo.append((name, cfg))
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="sweep", unit="run", disable=not progress)
     try:
-        for row in train_runs(todo, out, workers, "sweep"):
+        for row in train_runs(todo, out, workers, "sweep", tracker):
             rows[row["run"]] = row
             bar.set_postfix_str(f"{row['run'][:40]}: {row['status']}")
             bar.update(1)

@@ -42,6 +42,7 @@ from .rundir import (
     truncate_metrics, write_json, write_text,
 )
 from .tasks import Task, TrainStream, get_task
+from .trackers import open_tracker
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -343,8 +344,11 @@ def train(
     resume: bool = False,
     progress: bool = True,
     argv: list[str] | None = None,
+    tracker: str | None = None,
 ) -> dict[str, Any]:
     """Train one model as described by `cfg`, writing the run directory `out_dir`. Returns the summary.
+
+    `tracker` ("tensorboard", "wandb"; see training.trackers) also sends the metrics to that tool.
 
     With resume=True an unfinished run continues from its last checkpoint and ends with the same
     weights as an uninterrupted run; a finished run is returned as is. Either way the run's settings
@@ -359,7 +363,7 @@ def train(
             check_same_settings(out, cfg)
             if is_finished(out):
                 return read_summary(out)
-        return _train(cfg, out, resume, progress, argv)
+        return _train(cfg, out, resume, progress, argv, tracker)
 
 
 class SettingsChanged(ValueError):
@@ -390,7 +394,8 @@ def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
         )
 
 
-def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None) -> dict[str, Any]:
+def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
+           tracker: str | None = None) -> dict[str, Any]:
     """The body of `train`, run while holding the run directory's lock."""
     ckpt = out / CHECKPOINT_DIR
     if resume:
@@ -448,8 +453,12 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
             write_model_files(model, tmp)
             _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc})
 
+    track = open_tracker(tracker, out, cfg.to_dict(), step)
+
     def log(record: dict[str, Any]) -> None:
         append_metrics(out, record)
+        if track is not None:
+            track.log(record)
 
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"{cfg.variant}/{cfg.task}",
                dynamic_ncols=True, leave=False, mininterval=0.5 if sys.stderr.isatty() else 30.0)
@@ -517,6 +526,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
             bar.update(1)
     except TrainingDiverged as e:
         bar.close()
+        if track is not None:
+            track.close()
         kept = "no checkpoint was written yet"
         if (ckpt / STATE_JSON).is_file():
             kept = f"last good checkpoint (step {read_json(ckpt / STATE_JSON)['step']}) kept in {ckpt}"
@@ -539,6 +550,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         "precision": resolve_precision(cfg.precision, device),
     }
     write_json(out / SUMMARY_FILE, summary)
+    if track is not None:
+        track.close()
     return summary
 
 

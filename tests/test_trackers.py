@@ -1,0 +1,64 @@
+"""--tracker: the metrics of metrics.jsonl also go to TensorBoard or Weights & Biases (offline here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli.main import main
+from training import TrainConfig, train
+from training.trackers import check_tracker
+
+TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
+            lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
+
+
+def _records(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tensorboard_gets_every_metric_at_its_step(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    train(TrainConfig(**TINY, steps=20), run, progress=False, tracker="tensorboard")
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert {"loss", "lr", "eval_loss", "eval_acc"} <= set(events.Tags()["scalars"])
+    logged = [(e.step, e.value) for e in events.Scalars("loss")]
+    expected = [(r["step"], r["loss"]) for r in _records(run) if "loss" in r]
+    assert [s for s, _ in logged] == [s for s, _ in expected]
+    assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(logged, expected))
+
+
+def test_wandb_logs_offline_into_the_run_directory(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    summary = train(TrainConfig(**TINY, steps=10), run, progress=False, tracker="wandb")
+    assert summary["status"] == "finished"
+    offline = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(offline) == 1 and offline[0].stat().st_size > 0
+    assert (run / "metrics.jsonl").is_file()  # still the source of truth
+
+
+def test_a_missing_tracker_package_is_one_line(monkeypatch, capsys, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("no wandb here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    with pytest.raises(ValueError, match=r"needs the wandb package: pip install 'mixit-lab\[tracking\]'"):
+        check_tracker("wandb")
+    code = main(["train", "--task", "addition", "--steps", "5", "--tracker", "wandb", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "wandb package" in err and err.count("\n") == 1 and not (tmp_path / "r").exists()

@@ -1,0 +1,106 @@
+"""Experiment trackers: the records of metrics.jsonl also sent to TensorBoard or Weights & Biases.
+
+    train(cfg, "checkpoints/run", tracker="tensorboard")   # event files in checkpoints/run/tensorboard/
+    train(cfg, "checkpoints/run", tracker="wandb")         # offline unless you are logged in to W&B
+
+metrics.jsonl stays the source of truth (the explorer, figures and report read it); a tracker is a
+copy for the tools researchers already watch. Every numeric field of a record is logged at its
+`step`. A resumed run continues the same TensorBoard log (events after the resumed step are
+dropped) and the same W&B run (its id is derived from the run directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+TRACKERS = ("none", "tensorboard", "wandb")
+TENSORBOARD_DIR = "tensorboard"  # inside the run directory
+WANDB_DIR = "wandb"  # inside the run directory (W&B's own files, offline runs included)
+
+
+class Tracker(Protocol):
+    def log(self, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in record.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+class TensorBoardTracker:
+    def __init__(self, run_dir: Path, first_step: int):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ValueError("tracker='tensorboard' needs the tensorboard package: "
+                             "pip install 'mixit-lab[tracking]' (or pip install tensorboard)") from None
+        # purge_step: on resume, events logged after the checkpoint (as metrics.jsonl drops them) are discarded.
+        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=first_step or None)
+
+    def log(self, record: dict[str, Any]) -> None:
+        for key, value in _scalars(record).items():
+            self.writer.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    def __init__(self, run_dir: Path, config: dict[str, Any]):
+        try:
+            import wandb
+        except ImportError:
+            raise ValueError("tracker='wandb' needs the wandb package: "
+                             "pip install 'mixit-lab[tracking]' (or pip install wandb)") from None
+        run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+        mode = None if _wandb_logged_in(wandb) else "offline"  # None: what the environment says (online)
+        (run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project="mixit-lab", name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
+                              config=config, mode=mode, reinit="finish_previous")
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.run.log(_scalars(record), step=record["step"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def _wandb_logged_in(wandb) -> bool:
+    """Whether W&B has credentials (WANDB_API_KEY or a stored login); offline otherwise."""
+    try:
+        return bool(wandb.api.api_key)
+    except Exception:  # noqa: BLE001 - any failure to find credentials means offline
+        return False
+
+
+def check_tracker(kind: str | None) -> None:
+    """ValueError (one line, naming what to install) unless tracker `kind` can be used here."""
+    if kind in (None, "none"):
+        return
+    if kind not in TRACKERS:
+        raise ValueError(f"tracker={kind!r} is not one of: {', '.join(TRACKERS)}")
+    module = "torch.utils.tensorboard" if kind == "tensorboard" else "wandb"
+    try:
+        __import__(module)
+    except ImportError:
+        package = "tensorboard" if kind == "tensorboard" else "wandb"
+        raise ValueError(f"tracker={kind!r} needs the {package} package: "
+                         f"pip install 'mixit-lab[tracking]' (or pip install {package})") from None
+
+
+def open_tracker(kind: str | None, run_dir: Path, config: dict[str, Any], first_step: int = 0) -> Tracker | None:
+    """The tracker `kind` names for a run ("none" or None: no tracker); ValueError for an unknown kind or a
+    missing package, naming what to install."""
+    check_tracker(kind)
+    if kind in (None, "none"):
+        return None
+    if kind == "tensorboard":
+        return TensorBoardTracker(Path(run_dir), first_step)
+    if kind == "wandb":
+        return WandbTracker(Path(run_dir), config)
+    raise ValueError(f"tracker={kind!r} is not one of: {', '.join(TRACKERS)}")
