@@ -44,7 +44,9 @@ class RefBlock(nn.Module):
         super().__init__()
         self.h, self.mixing = h, mixing
         self.n1, self.n2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        if mixing is None:  # MixiT has no queries or keys, like ours
+            self.q, self.k = nn.Linear(d, d), nn.Linear(d, d)
+        self.v, self.o = nn.Linear(d, d), nn.Linear(d, d)
         m = 4 * d
         self.gate, self.up, self.down = nn.Linear(d, m), nn.Linear(d, m), nn.Linear(m, d)
         inv = 1.0 / 10000 ** (torch.arange(0, d // h, 2).float() / (d // h))
@@ -82,9 +84,6 @@ class Reference(nn.Module):
         if variant == "mixit":
             mixing = torch.eye(t) + torch.randn(h, t, t).tril() / math.sqrt(t)
         self.blocks = nn.ModuleList(RefBlock(d, h, t, mixing) for _ in range(layers))
-        if mixing is not None:  # like ours: no Q/K projections
-            for blk in self.blocks:
-                del blk.q, blk.k
         self.norm = nn.RMSNorm(d, eps=1e-5)
         self.head = nn.Linear(d, vocab, bias=False)
 

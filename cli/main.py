@@ -87,7 +87,8 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
                              "(offline unless logged in); metrics.jsonl stays the source of truth")
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
                         help="auto: bf16 autocast on CUDA, fp32 elsewhere; bf16: autocast on a CPU too "
-                             "(fast where it has avx512_bf16 or AMX); fp32: full precision everywhere")
+                             "(faster only where its bf16 matmuls beat fp32: benchmarks/bench_step.py); "
+                             "fp32: full precision everywhere")
     parser.add_argument("--bidirectional", action="store_true", help="non-causal attention")
 
 
@@ -176,14 +177,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
     )
     try:
-        # Validate the task and model shape before writing the run directory (the cache is where train() looks).
+        # Validate the task, the model shape and the tracker before writing the run directory
+        # (the token cache is where train() looks for it).
         cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
-    except ValueError as e:
-        raise CLIError(str(e)) from None
-    try:
         check_tracker(args.tracker)
     except ValueError as e:
-        raise CLIError(f"mixit train: error: {e}") from None
+        raise CLIError(str(e)) from None
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        "drop --resume to start one")

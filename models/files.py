@@ -18,15 +18,16 @@ from typing import IO, Any, Iterator
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Yield a file handle whose contents replace `path` in one rename when the block ends without error."""
+    """Yield a file handle whose contents replace `path` in one rename when the block ends without error.
+
+    No fsync: a reader never sees a half-written file, which is the promise; files written inside an
+    `atomic_directory` are synced once, with the whole tree, before it is swapped in."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

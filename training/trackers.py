@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 TRACKERS = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR = "tensorboard"  # inside the run directory
-WANDB_DIR = "wandb"  # inside the run directory (W&B's own files, offline runs included)
 
 
 class Tracker(Protocol):
@@ -59,7 +58,7 @@ class WandbTracker:
                              "pip install 'mixit-lab[tracking]' (or pip install wandb)") from None
         run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
         mode = None if _wandb_logged_in(wandb) else "offline"  # None: what the environment says (online)
-        (run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
+        # dir=run_dir: W&B keeps its files (offline runs included) in RUN/wandb/.
         self.run = wandb.init(project="mixit-lab", name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
                               config=config, mode=mode, reinit="finish_previous")
 
