@@ -19,3 +19,31 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise CLIError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """Where training runs execute (training.sweep.Executor): --executor, --address, --cpus-per-run, --gpus-per-run."""
+    group = parser.add_argument_group("executor")
+    group.add_argument("--executor", choices=("pool", "ray"), default="pool",
+                       help="pool: --workers processes on this machine (default); ray: one Ray task per run "
+                            "(pip install 'mixit-lab[ray]')")
+    group.add_argument("--address", default=None,
+                       help="with --executor ray: the Ray cluster to join (e.g. auto, ray://HOST:10001); "
+                            "default: start Ray here with --workers x --cpus-per-run CPUs")
+    group.add_argument("--cpus-per-run", type=float, default=1.0, help="with --executor ray: CPUs each run declares")
+    group.add_argument("--gpus-per-run", type=float, default=0.0, help="with --executor ray: GPUs each run declares")
+
+
+def executor_from_args(args: argparse.Namespace, workers: int):
+    """The training.sweep.Executor the options ask for; CLIError (exit 2) for a bad combination or a missing Ray."""
+    from training.sweep import Executor, check_ray
+
+    if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or args.gpus_per_run != 0.0):
+        raise CLIError(f"mixit {args.command}: error: --address, --cpus-per-run and --gpus-per-run need --executor ray")
+    try:
+        executor = Executor(args.executor, workers, args.address, args.cpus_per_run, args.gpus_per_run)
+        if executor.kind == "ray":
+            check_ray()
+    except ValueError as e:
+        raise CLIError(f"mixit {args.command}: error: {e}") from None
+    return executor

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,10 +28,13 @@ from models import VARIANTS
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
 from training.tasks import TASKS, task_parameters
 from training.trackers import TRACKERS, check_tracker
+from training.parallel import Ranks, torchrun_command
 from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, train
 
 from . import analyze, app, figures, reproduce
-from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser
+from .common import (
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser, add_executor_options, executor_from_args,
+)
 
 DEFAULTS = TrainConfig()
 COMMAND_MODULES = (analyze, figures, reproduce, app)  # after train and sweep; each provides register(subparsers)
@@ -150,6 +154,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--out", required=True, type=Path, help="run directory (e.g. checkpoints/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="train data-parallel on N local processes (launches torchrun; gloo on CPU, NCCL on GPUs)")
     _add_training_options(p, many=False)
     _add_task_options(p, many=False)
 
@@ -163,6 +169,7 @@ def build_parser() -> OneLineParser:
     s.add_argument("--workers", type=int, default=1, help="parallel worker processes")
     s.add_argument("--out", type=Path, default=Path("checkpoints/sweep"), help="directory of run directories")
     s.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    add_executor_options(s)
     _add_training_options(s, many=True)
     _add_task_options(s, many=True)
 
@@ -186,15 +193,42 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        "drop --resume to start one")
+    if args.nproc != 1:
+        return _launch_torchrun(args)
     try:
         summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet, tracker=args.tracker)
     except (FileExistsError, SettingsChanged, RunLocked) as e:
         raise CLIError(f"mixit train: error: {e}") from None
-    print(
-        f"{args.out}: {summary['status']} at step {summary['step']}, "
-        f"eval_acc {summary.get('eval_acc') or 0:.4f}, eval_loss {summary.get('eval_loss') or float('nan'):.4f}"
-    )
+    if Ranks.from_env().main:  # under torchrun, rank 0 speaks for the run
+        print(
+            f"{args.out}: {summary['status']} at step {summary['step']}, "
+            f"eval_acc {summary.get('eval_acc') or 0:.4f}, eval_loss {summary.get('eval_loss') or float('nan'):.4f}"
+        )
     return 0
+
+
+def _launch_torchrun(args: argparse.Namespace) -> int:
+    """`mixit train --nproc N ...` is `torchrun --nproc-per-node N -m cli train ...` (the same options, less --nproc)."""
+    import subprocess
+
+    if args.nproc < 1:
+        raise CLIError(f"--nproc={args.nproc} must be >= 1")
+    if Ranks.from_env().size > 1:
+        raise CLIError("--nproc: already running under torchrun; drop --nproc")
+    if args.batch_size % args.nproc:
+        raise CLIError(f"--batch-size={args.batch_size} must be divisible by --nproc={args.nproc}")
+    argv, skip = [], False
+    for a in args.argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            argv.append(a)
+    env = dict(os.environ)
+    # torchrun's default is one thread per process; share this machine's cores instead (and keep it quiet)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+    return subprocess.run(torchrun_command(args.nproc, ["cli", *argv]), env=env).returncode
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -211,9 +245,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.workers < 1:
         raise CLIError(f"--workers={args.workers} must be >= 1")
+    executor = executor_from_args(args, args.workers)
     try:
         check_tracker(args.tracker)
-        summary = run_sweep(runs, args.out, workers=args.workers, tracker=args.tracker)
+        summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)
     except ValueError as e:  # a missing tracker package, or SettingsChanged
         raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")

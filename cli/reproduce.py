@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from .common import CLIError
+from .common import CLIError, add_executor_options, executor_from_args
 
 
 def register(subparsers) -> None:
     from reproduce.preset import preset_names
+    from training.trackers import TRACKERS
 
     p = subparsers.add_parser(
         "reproduce",
@@ -32,10 +34,14 @@ def register(subparsers) -> None:
                         "1,000 Yelp reviews from the Hub)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--tracker", choices=TRACKERS, default="none",
+                   help="also send every run's metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases")
+    add_executor_options(p)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from reproduce.pipeline import choose_text, load_preset, preset_runs, reproduce
+    from training.trackers import check_tracker
 
     try:
         preset = load_preset(args.preset)
@@ -43,6 +49,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise CLIError(f"mixit reproduce: error: {e}") from None
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"mixit reproduce: error: --workers={args.workers} must be >= 1")
+    executor = executor_from_args(args, args.workers or os.cpu_count() or 1)
+    try:
+        check_tracker(args.tracker)
+    except ValueError as e:
+        raise CLIError(f"mixit reproduce: error: {e}") from None
     name = preset.name
     out = args.out or Path("runs") / name
     if args.dry_run:
@@ -55,7 +66,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     manifest = reproduce(
         preset, out, args.report_dir or Path("reports") / name, args.figures_dir or Path("figures/out") / name,
-        workers=args.workers, text_files=args.text_file, sentiment_files=args.sentiment_file,
+        workers=args.workers, executor=executor, tracker=args.tracker, text_files=args.text_file,
+        sentiment_files=args.sentiment_file,
         progress=not args.quiet,
     )
     return 1 if manifest.get("failed_runs") else 0

@@ -31,7 +31,7 @@ from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
     read_summary, write_json, write_runs_table,
 )
-from training.sweep import Run, _tasks_from_file, expand_grid, pool_map, train_runs
+from training.sweep import Executor, Run, _tasks_from_file, expand_grid, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
@@ -159,7 +159,8 @@ def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- stages
-def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: Callable[[str], None]) -> pd.DataFrame:
+def train_stage(runs: list[Run], out: Path, executor: Executor, progress: bool, log: Callable[[str], None],
+                tracker: str | None = None) -> pd.DataFrame:
     """Train every unfinished run, longest first; the bar counts estimated work, its label runs done/total."""
     todo, rows = [], {}
     costs: dict[str, float] = {}
@@ -173,15 +174,16 @@ def train_stage(runs: list[Run], out: Path, workers: int, progress: bool, log: C
         costs[name] = run_cost(cfg, mcfg.n_ctx, mcfg.d_vocab)
         todo.append(name)
     todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers
-    log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train "
-        f"on {workers} worker(s)")
+    where = (f"on {executor.workers} worker(s)" if executor.kind == "pool" else
+             f"as Ray tasks ({executor.address or 'local Ray'}, {executor.cpus_per_run:g} CPU(s) each)")
+    log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
     by_name = dict(runs)
     total = sum(costs.values()) or 1.0
     done = len(runs) - len(todo)
     bar = tqdm(total=round(total / 1e9, 1), unit="GFLOP", disable=not progress or not todo,
                desc=f"train {done}/{len(runs)} runs", bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
     try:
-        for row in train_runs([(n, by_name[n]) for n in todo], out, workers, "reproduce"):
+        for row in train_runs([(n, by_name[n]) for n in todo], out, executor, "reproduce", tracker):
             rows[row["run"]] = row
             done += 1
             bar.set_description_str(f"train {done}/{len(runs)} runs")
@@ -285,17 +287,23 @@ def reproduce(
     figures_dir: str | Path,
     *,
     workers: int | None = None,
+    executor: Executor | None = None,
+    tracker: str | None = None,
     text_files: list[str] | None = None,
     sentiment_files: list[str] | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
     hub_check: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every stage of the preset into `out`; return the manifest (also written to out/reproduce.json)."""
+    """Run every stage of the preset into `out`; return the manifest (also written to out/reproduce.json).
+
+    Training runs on `executor` (default: a pool of `workers` local processes, `workers` defaulting to
+    the CPU count); analysis always on the local pool."""
     out, report_dir, figures_dir = Path(out), Path(report_dir), Path(figures_dir)
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
+    executor = executor or Executor(workers=workers)
     started = time.time()
     timings: dict[str, float] = {}
 
@@ -309,6 +317,7 @@ def reproduce(
         "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in text.items()},
         "runs": [n for n, _ in runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "status": "running", "timings_s": timings, "workers": workers,
+        "executor": executor.kind,
         # where the other outputs went, as given (relative to the working directory) and resolved
         "figures_dir": str(figures_dir), "report_dir": str(report_dir),
         "figures_dir_resolved": str(figures_dir.resolve()), "report_dir_resolved": str(report_dir.resolve()),
@@ -321,7 +330,7 @@ def reproduce(
         timings[name] = round(time.perf_counter() - t0, 1)
         return result
 
-    table = stage("train", lambda: train_stage(runs, out, workers, progress, log))
+    table = stage("train", lambda: train_stage(runs, out, executor, progress, log, tracker))
     options = AnalysisOptions.from_dict(preset.analysis)
     stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
     stage("signal", lambda: signal_stage(preset.signal, out, log))

@@ -11,6 +11,9 @@ A grid comes from command-line options, a YAML/JSON file, or both (options overr
 
 Each run gets its own directory under the sweep's output directory; finished runs are skipped,
 unfinished ones resume, and `summary.csv` collects one row per run.
+
+The runs execute on an `Executor`: a pool of processes on this machine (the default), or Ray tasks on
+a local Ray or a Ray cluster (`pip install 'mixit-lab[ray]'`).
 """
 
 from __future__ import annotations
@@ -235,16 +238,108 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> Ite
         pool.join()
 
 
-def train_runs(runs: Sequence[Run], out: Path, workers: int, command: str,
+EXECUTORS = ("pool", "ray")
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where the training runs of a sweep or reproduction execute.
+
+    "pool": `workers` processes on this machine (pool_map). "ray": one Ray task per run, each declaring
+    `cpus_per_run` CPUs and `gpus_per_run` GPUs; on the Ray cluster at `address` ("auto", "ray://HOST:10001"),
+    or, without one, on a Ray started here with `workers` x `cpus_per_run` CPUs. Either way the runs write
+    the same run directories, so on a cluster the runs folder must be on a filesystem every node sees.
+    """
+
+    kind: str = "pool"
+    workers: int = 1
+    address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise ValueError(f"executor={self.kind!r} is not one of: {', '.join(EXECUTORS)}")
+        if self.workers < 1:
+            raise ValueError(f"workers={self.workers} must be >= 1")
+        if self.address is not None and self.kind != "ray":
+            raise ValueError(f"address={self.address!r} needs executor='ray'")
+        if not self.cpus_per_run > 0 or self.gpus_per_run < 0:
+            raise ValueError(f"cpus_per_run={self.cpus_per_run} must be > 0 and gpus_per_run={self.gpus_per_run} >= 0")
+
+    def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any],
+            failed: Callable[[Any, Exception], Any]) -> Iterator[Any]:
+        """fn over jobs, results in completion order; `failed(job, error)` stands in for a job whose
+        process died (a Ray worker lost with its node, killed for memory, ...)."""
+        if self.kind == "pool":
+            return pool_map(fn, jobs, self.workers)
+        return ray_map(fn, jobs, self, failed)
+
+
+def check_ray() -> None:
+    """ValueError, with the command that fixes it, if Ray is not installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("executor 'ray' needs Ray, which is not installed: pip install 'mixit-lab[ray]'") from None
+
+
+def _ray_task(fn: Callable[[Any], Any], threads: int, job: Any) -> Any:
+    _set_threads(threads)
+    return fn(job)
+
+
+def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
+            failed: Callable[[Any, Exception], Any]) -> Iterator[Any]:
+    """fn over jobs as Ray tasks (see Executor), results in completion order. Ray is started here, and
+    stopped at the end, unless the caller already started it; leaving early cancels the pending tasks."""
+    check_ray()
+    import ray
+
+    if not jobs:
+        return
+    started = not ray.is_initialized()
+    if started:
+        local = {"num_cpus": max(1, round(executor.workers * executor.cpus_per_run))} if executor.address is None else {}
+        ray.init(address=executor.address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, **local)
+    remote = ray.remote(num_cpus=executor.cpus_per_run, num_gpus=executor.gpus_per_run)(_ray_task)
+    threads = max(1, int(executor.cpus_per_run))
+    pending = {remote.remote(fn, threads, job): job for job in jobs}
+    try:
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ref)
+            try:
+                yield ray.get(ref)
+            except ray.exceptions.RayError as e:  # the task's process died; errors inside fn are fn's to report
+                yield failed(job, e)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+def _lost_run(job: TrainJob, error: Exception) -> dict[str, Any]:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return {"run": job.name, "status": "error", "message": f"{type(error).__name__}: {first}"}
+
+
+def train_runs(runs: Sequence[Run], out: Path, executor: Executor | int, command: str,
                tracker: str | None = None) -> Iterator[dict[str, Any]]:
-    """Train `runs` (in the order given) into out/<name>, `workers` at a time; yield each summary row."""
+    """Train `runs` (in the order given) into out/<name> on `executor` (an int: that many local
+    processes); yield each summary row."""
+    if isinstance(executor, int):
+        executor = Executor(workers=executor)
     jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker) for name, cfg in runs]
-    yield from pool_map(train_one, jobs, workers)
+    yield from executor.map(train_one, jobs, _lost_run)
 
 
-def run_sweep(runs: list[Run], out: str | Path, workers: int = 1, progress: bool = True,
+def run_sweep(runs: list[Run], out: str | Path, workers: int | Executor = 1, progress: bool = True,
               tracker: str | None = None) -> pd.DataFrame:
-    """Train every run not yet finished, `workers` at a time; write and return summary.csv.
+    """Train every run not yet finished on `workers` (local processes, or an Executor); write and return
+    summary.csv.
 
     SettingsChanged (before anything trains) if a run directory holds a run with other settings; a run
     that another process is writing is left to it (status "running elsewhere").

@@ -41,6 +41,7 @@ from .rundir import (
     atomic_directory, is_empty_run_dir, is_finished, is_run_dir, read_json, read_run_info, read_summary, run_lock,
     truncate_metrics, write_json, write_text,
 )
+from .parallel import Ranks, ddp_options, local_device
 from .tasks import Task, TrainStream, get_task
 from .trackers import open_tracker
 
@@ -204,18 +205,39 @@ def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torc
     return logits, tokens[:, 1:][predict]
 
 
-def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     logits, targets = masked_logits(model, tokens, mask)
-    return F.cross_entropy(logits, targets)
+    return F.cross_entropy(logits, targets, reduction=reduction)
 
 
-def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """The training loss of one batch: masked next-token cross-entropy, or class cross-entropy."""
+def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...], reduction: str = "mean") -> torch.Tensor:
+    """The training loss of one batch: masked next-token cross-entropy, or class cross-entropy.
+
+    reduction "mean" averages over the scored tokens (rows for a classifier), "sum" adds them up."""
     if task.objective == "classification":
         tokens, mask, labels = batch
-        return F.cross_entropy(model.classify(tokens, mask).float(), labels)
+        return F.cross_entropy(model.classify(tokens, mask).float(), labels, reduction=reduction)
     tokens, mask = batch
-    return masked_loss(model, tokens, mask)
+    return masked_loss(model, tokens, mask, reduction)
+
+
+def scored_count(task: Task, batch: tuple[torch.Tensor, ...]) -> int:
+    """How many terms task_loss averages over in `batch`: scored tokens, or rows for a classifier."""
+    if task.objective == "classification":
+        return batch[0].shape[0]
+    return int(batch[1][:, 1:].sum())
+
+
+class SummedLoss(torch.nn.Module):
+    """task_loss(reduction="sum") as a module, so that DistributedDataParallel sees every parameter the
+    loss uses (the unembedding is called outside the model's forward)."""
+
+    def __init__(self, model: torch.nn.Module, task: Task):
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
+        return task_loss(self.model, self.task, batch, reduction="sum")
 
 
 @torch.no_grad()
@@ -354,16 +376,25 @@ def train(
     weights as an uninterrupted run; a finished run is returned as is. Either way the run's settings
     must be cfg's (SettingsChanged lists the differences). RunLocked if another process is writing
     out_dir; FileExistsError if resume=False and out_dir already holds something.
+    Under torchrun (training.parallel) every process calls this; they train one run data-parallel and
+    rank 0 writes the run directory and returns the summary.
     """
     out = Path(out_dir)
-    if not resume and not is_empty_run_dir(out):
-        raise FileExistsError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-    with run_lock(out):  # one writer per run directory; RunLocked names the other one
+    device = pick_device(local_device(cfg.device, Ranks.from_env()))
+    ranks = Ranks.start(device)
+    try:
+        if not resume and not is_empty_run_dir(out):
+            raise FileExistsError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
         if resume:
             check_same_settings(out, cfg)
             if is_finished(out):
                 return read_summary(out)
-        return _train(cfg, out, resume, progress, argv, tracker)
+        ranks.rows(cfg.batch_size)  # the global batch splits evenly over the processes
+        ranks.barrier()  # every rank has read the directory before rank 0 writes to it
+        with run_lock(out) if ranks.main else nullcontext():  # one writer per run directory; RunLocked names the other
+            return _train(cfg, out, resume, progress and ranks.main, argv, tracker, device, ranks)
+    finally:
+        ranks.stop()
 
 
 class SettingsChanged(ValueError):
@@ -395,17 +426,20 @@ def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
 
 
 def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
-           tracker: str | None = None) -> dict[str, Any]:
-    """The body of `train`, run while holding the run directory's lock."""
+           tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
+    """The body of `train`, run while holding the run directory's lock (rank 0)."""
     ckpt = out / CHECKPOINT_DIR
-    if resume:
-        recover_directory(ckpt)  # a kill in the middle of swapping a checkpoint in left it beside its place
-    remove_leftovers(ckpt)  # temporary copies of killed saves
-    device = pick_device(cfg.device)
-    if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
-        warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "
-                      "likely slower than fp32", stacklevel=2)
-    task = cfg.build_task(out.parent / DATA_CACHE_DIR)
+    if ranks.main:
+        if resume:
+            recover_directory(ckpt)  # a kill in the middle of swapping a checkpoint in left it beside its place
+        remove_leftovers(ckpt)  # temporary copies of killed saves
+        if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+            warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "
+                          "likely slower than fp32", stacklevel=2)
+        task = cfg.build_task(out.parent / DATA_CACHE_DIR)
+    ranks.barrier()  # the checkpoint is in place and a text task's token cache is written
+    if not ranks.main:
+        task = cfg.build_task(out.parent / DATA_CACHE_DIR)
     model_cfg = cfg.model_config(task)
     if resume and (out / RUN_FILE).is_file():
         saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")
@@ -426,15 +460,16 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     eval_batch = task.eval_set(cfg.eval_samples)
 
     step, elapsed_before, best_acc = 0, 0.0, None
-    out.mkdir(parents=True, exist_ok=True)
     if resume and (ckpt / STATE_JSON).is_file():
         from models import load_model
 
         model.load_state_dict(load_model(ckpt).state_dict())
         meta = _load_trainer_state(ckpt, optimizer, stream)
         step, elapsed_before, best_acc = meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc")
-        truncate_metrics(out, step)
-    else:
+        if ranks.main:
+            truncate_metrics(out, step)
+    elif ranks.main:
+        out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)
         task_info = {"name": task.name, **task.params}
         if task.data_fingerprint is not None:
@@ -444,6 +479,11 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         if task.text_tokenizer is not None:
             write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
     forward = torch.compile(model) if cfg.compile else model
+    if ranks.size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        summed = DistributedDataParallel(SummedLoss(forward, task), **ddp_options(device))
+        rows = ranks.rows(cfg.batch_size)
     checkpoint_every = cfg.checkpoint_every or cfg.eval_every
     tokens_per_step = cfg.batch_size * task.seq_len
     counts = model.parameter_counts()
@@ -453,9 +493,11 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
             write_model_files(model, tmp)
             _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc})
 
-    track = open_tracker(tracker, out, cfg.to_dict(), step)
+    track = open_tracker(tracker, out, cfg.to_dict(), step) if ranks.main else None
 
     def log(record: dict[str, Any]) -> None:
+        if not ranks.main:
+            return
         append_metrics(out, record)
         if track is not None:
             track.log(record)
@@ -469,12 +511,19 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     try:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            batch = tuple(t.to(device, non_blocking=True) for t in stream.next())
+            batch = stream.next()
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr_at(step)
-            with autocast_for(device, cfg.precision):
-                loss = task_loss(forward, task, batch)
-            loss_value = loss.item()
+            if ranks.size == 1:
+                batch = tuple(t.to(device, non_blocking=True) for t in batch)
+                with autocast_for(device, cfg.precision):
+                    loss = task_loss(forward, task, batch)
+                loss_value = loss.item()
+            else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
+                scale = ranks.size / scored_count(task, batch)
+                with autocast_for(device, cfg.precision):
+                    loss = summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
+                loss_value = ranks.sum(loss.detach() / ranks.size).item()
             if not math.isfinite(loss_value):
                 raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
             optimizer.zero_grad(set_to_none=True)
@@ -493,8 +542,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
             window_loss += loss_value
             window_n += 1
 
-            is_eval = step % cfg.eval_every == 0 or step == cfg.steps
-            if step % cfg.log_every == 0 or is_eval:
+            is_eval = (step % cfg.eval_every == 0 or step == cfg.steps) and ranks.main
+            if ranks.main and (step % cfg.log_every == 0 or is_eval):
                 elapsed = elapsed_before + time.perf_counter() - t_start
                 record = {
                     "step": step,
@@ -521,7 +570,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
                 log(record)
                 last = record
                 bar.set_postfix(loss=f"{record['loss']:.3f}", eval_acc=f"{last_acc:.3f}")
-            if step % checkpoint_every == 0 or step == cfg.steps:
+            if ranks.main and (step % checkpoint_every == 0 or step == cfg.steps):
                 save_checkpoint(step, elapsed_before + time.perf_counter() - t_start)
             bar.update(1)
     except TrainingDiverged as e:
@@ -532,7 +581,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         if (ckpt / STATE_JSON).is_file():
             kept = f"last good checkpoint (step {read_json(ckpt / STATE_JSON)['step']}) kept in {ckpt}"
         summary = {"status": "diverged", "message": f"{e}; {kept}", "step": step, **_summary_base(cfg, counts)}
-        write_json(out / SUMMARY_FILE, summary)
+        if ranks.main:
+            write_json(out / SUMMARY_FILE, summary)
         raise TrainingDiverged(f"{out}: {e}; {kept}") from None
     bar.close()
     summary = {
@@ -548,8 +598,10 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         "elapsed_s": elapsed_before + time.perf_counter() - t_start,
         "device": str(device),
         "precision": resolve_precision(cfg.precision, device),
+        "processes": ranks.size,
     }
-    write_json(out / SUMMARY_FILE, summary)
+    if ranks.main:
+        write_json(out / SUMMARY_FILE, summary)
     if track is not None:
         track.close()
     return summary

@@ -1,0 +1,119 @@
+"""Data-parallel training under torchrun (training.parallel): 2 CPU processes over gloo train the same run
+as 1 process with the same global batch, and a run killed mid-way resumes, on 2 processes or on 1, to
+the weights of the run that was never killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from training.trainer import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 150  # long runs drift apart by float reduction order alone (1e-3 relative by step 250)
+ARGS = ["--task", "addition", "--digits", "2", "--variant", "mixit", "--d-model", "32", "--n-layers", "1",
+        "--n-heads", "4", "--lr", "0.003", "--batch-size", "16", "--steps", str(STEPS), "--eval-every", "50",
+        "--eval-samples", "64", "--checkpoint-every", "5", "--quiet"]
+CONFIG = TrainConfig(task="addition", task_params={"digits": 2}, variant="mixit", d_model=32, n_layers=1, n_heads=4,
+                     lr=0.003, batch_size=16, steps=STEPS, eval_every=50, eval_samples=64, checkpoint_every=5)
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def mixit_train(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cli", "train", *ARGS, *args], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def finish(proc: subprocess.Popen) -> None:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoint" / "model.safetensors"))
+
+
+def assert_close_weights(a: Path, b: Path, atol: float) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=atol, rtol=0, msg=k)
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ddp") / "two"
+    finish(mixit_train("--nproc", "2", "--out", str(out)))
+    return out
+
+
+def test_two_processes_train_the_same_run_as_one(two_process_run, tmp_path):
+    one = tmp_path / "one"
+    train(CONFIG, one, progress=False)
+    a, b = records(one), records(two_process_run)
+    assert [r["step"] for r in a] == [r["step"] for r in b] and len(a) == STEPS // 10
+    for ra, rb in zip(a, b):  # the whole loss curve, and every eval
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4, abs=1e-6), ra["step"]
+        if "eval_loss" in ra:
+            assert rb["eval_loss"] == pytest.approx(ra["eval_loss"], rel=1e-4, abs=1e-6)
+    assert a[-1]["loss"] < 0.8 * a[0]["loss"]  # it trained
+    assert_close_weights(one, two_process_run, atol=1e-4)
+    summary = json.loads((two_process_run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["processes"] == 2
+
+
+def test_a_killed_two_process_run_resumes_to_the_same_weights(two_process_run, tmp_path):
+    killed = tmp_path / "killed"
+    proc = mixit_train("--nproc", "2", "--out", str(killed), start_new_session=True)
+    state = killed / "checkpoint" / "trainer_state.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text() or "{}").get("step", 0) >= 20:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers, no cleanup
+    proc.wait()
+    assert not (killed / "summary.json").exists()  # it really stopped mid-way
+    step = json.loads(state.read_text())["step"]
+    assert 20 <= step < STEPS
+
+    on_one = tmp_path / "on_one"
+    shutil.copytree(killed, on_one)
+    finish(mixit_train("--nproc", "2", "--out", str(killed), "--resume"))
+    assert_close_weights(killed, two_process_run, atol=1e-6)
+    assert [r["step"] for r in records(killed)] == [r["step"] for r in records(two_process_run)]
+
+    # the stream state in a checkpoint is the global batch's: another number of processes goes on the same way
+    train(CONFIG, on_one, resume=True, progress=False)
+    assert_close_weights(on_one, two_process_run, atol=1e-4)
+
+
+def test_nproc_must_divide_the_batch(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli", "train", *ARGS, "--nproc", "3", "--out", str(tmp_path / "r")],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "--batch-size=16 must be divisible by --nproc=3"
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_torchrun_run_analyses_like_any_other(two_process_run, tmp_path):
+    from analysis.analyze import analyze_checkpoint
+
+    status, result = analyze_checkpoint(two_process_run / "checkpoint", tmp_path / "analysis",
+                                        {"n_seqs": 4, "seq_len": 4, "eval_samples": 32}, device="cpu")
+    assert status == "computed" and result["model"]["variant"] == "mixit" and result["computed"]

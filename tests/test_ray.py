@@ -1,0 +1,77 @@
+"""Sweeps on Ray (training.sweep.Executor("ray")): a local Ray trains the same run directories as the
+process pool, skips finished runs, records a failed run as a row, and a missing Ray is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP = ["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--seeds", "0", "1",
+         "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "30", "--batch-size", "16",
+         "--eval-every", "30", "--eval-samples", "64", "--workers", "2"]
+
+
+def sweep(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "cli", *SWEEP, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def final(out: Path) -> dict[str, tuple]:
+    table = pd.read_csv(out / "summary.csv")
+    return {r.run: (r.status, r.eval_loss, r.eval_acc) for r in table.itertuples()}
+
+
+def test_a_ray_sweep_trains_the_runs_the_pool_trains(tmp_path):
+    pytest.importorskip("ray")
+    pool, ray = tmp_path / "pool", tmp_path / "ray"
+    done = sweep("--out", str(pool))
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = sweep("--out", str(ray), "--executor", "ray")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(final(ray)) == 4 and final(ray) == final(pool)  # same seeds, same numbers, one process per run
+    for run in final(ray):
+        assert json.loads((ray / run / "run.json").read_text())["command"].startswith("mixit sweep")
+
+    # rerunning skips the finished runs: nothing is trained again
+    stamps = {p: p.stat().st_mtime_ns for p in ray.glob("*/summary.json")}
+    again = sweep("--out", str(ray), "--executor", "ray")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in ray.glob("*/summary.json")} == stamps
+
+
+def test_a_failed_ray_run_is_a_row_and_the_others_finish(tmp_path):
+    pytest.importorskip("ray")
+    from training.sweep import Executor, run_sweep
+    from training.trainer import TrainConfig
+
+    base = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=20,
+                batch_size=16, eval_every=20, eval_samples=64)
+    runs = [("good", TrainConfig(**base)), ("diverges", TrainConfig(**base, lr=1e30))]
+    table = run_sweep(runs, tmp_path, workers=Executor("ray", workers=2), progress=False)
+    status = dict(zip(table["run"], table["status"]))
+    assert status["good"] == "finished" and status["diverges"] == "error"
+    assert "non-finite" in table.set_index("run").loc["diverges", "message"]
+
+
+def test_missing_ray_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    code = main([*SWEEP, "--out", str(tmp_path / "s"), "--executor", "ray"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == ("mixit sweep: error: executor 'ray' needs Ray, which is not installed: "
+                                 "pip install 'mixit-lab[ray]'")
+    assert not (tmp_path / "s").exists()
+
+
+def test_ray_options_need_the_ray_executor(tmp_path, capsys):
+    code = main([*SWEEP, "--out", str(tmp_path / "s"), "--address", "auto"])
+    assert code == 2 and "--address, --cpus-per-run and --gpus-per-run need --executor ray" in capsys.readouterr().err
