@@ -96,8 +96,37 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--bidirectional", action="store_true", help="non-causal attention")
 
 
+SET_BY_TRAINING = ("variant", "d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "seed")  # ModelConfig fields
+
+
+def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """--model-option KEY=VALUE pairs as ModelConfig fields; values are YAML scalars (0.5, true, null)."""
+    import dataclasses
+
+    import yaml
+
+    from models import ModelConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_TRAINING}
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in defaults:
+            raise CLIError(f"--model-option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(defaults))}")
+        parsed, default = yaml.safe_load(value), defaults[key]
+        number = (int, float)
+        if (isinstance(default, bool) and not isinstance(parsed, bool)) or (
+                isinstance(default, number) and not isinstance(default, bool)
+                and (not isinstance(parsed, number) or isinstance(parsed, bool))):
+            kind = "true or false" if isinstance(default, bool) else "a number"
+            raise CLIError(f"--model-option {pair!r}: {key} must be {kind}")
+        out[key] = parsed
+    return out
+
+
 def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
     extra = {"causal": False} if args.bidirectional else {}
+    extra.update(_model_options(getattr(args, "model_option", [])))
     try:
         return TrainConfig(
             steps=args.steps,
@@ -154,6 +183,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--out", required=True, type=Path, help="run directory (e.g. checkpoints/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="another ModelConfig field, e.g. qk_init_std=0.044 or residual_scale=0.5 (repeatable)")
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="train data-parallel on N local processes (launches torchrun; gloo on CPU, NCCL on GPUs)")
     _add_training_options(p, many=False)

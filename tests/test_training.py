@@ -266,3 +266,21 @@ def test_example_grid_file_expands(capsys):
     assert code == 0 and len(out.split()) == 6 * 2 * 2
     code, out, _ = run_cli(["sweep", str(grid), "--variants", "mixit", "--seeds", "3", "--dry-run"], capsys)
     assert out.split() == ["addition_digits3__mixit__d64_l2_h4__lr0.003__s3", "retrieval_pairs8__mixit__d64_l2_h4__lr0.003__s3"]
+
+
+def test_model_option_sets_model_fields_and_refuses_bad_ones(tmp_path, capsys):
+    from cli.main import main
+
+    base = ["train", "--task", "addition", "--digits", "2", "--variant", "mixit", "--d-model", "32", "--n-heads", "4",
+            "--steps", "2", "--batch-size", "8", "--quiet"]
+    assert main([*base, "--model-option", "residual_scale=0.5", "--model-option", "sink_head=false",
+                 "--out", str(tmp_path / "a")]) == 0
+    model = json.loads((tmp_path / "a" / "run.json").read_text())["model"]
+    assert model["residual_scale"] == 0.5 and model["sink_head"] is False
+    capsys.readouterr()
+    for bad, said in [("foo=1", "KEY one of"), ("residual_scale=abc", "residual_scale must be a number"),
+                      ("d_model=8", "KEY one of"), ("sink_head", "expected KEY=VALUE")]:
+        assert main([*base, "--model-option", bad, "--out", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err
+        assert not (tmp_path / "b").exists()
