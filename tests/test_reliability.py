@@ -159,9 +159,11 @@ def _listening(port: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_mixit_app_stops_on_a_signal_and_frees_its_port(tmp_path, sig):
     port = _free_port()
+    # As from a terminal: under `nohup` (SIGHUP ignored, and inherited) the explorer rightly survives a hangup.
     proc = subprocess.Popen([sys.executable, "-m", "cli", "app", str(tmp_path), "--port", str(port), "--headless"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while not _listening(port):
