@@ -111,9 +111,18 @@ def test_nproc_must_divide_the_batch(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_torchrun_run_analyses_like_any_other(two_process_run, tmp_path):
+def test_a_torchrun_run_opens_and_analyses_like_any_other(two_process_run, tmp_path):
+    from analysis import explore as ex
     from analysis.analyze import analyze_checkpoint
 
     status, result = analyze_checkpoint(two_process_run / "checkpoint", tmp_path / "analysis",
                                         {"n_seqs": 4, "seq_len": 4, "eval_samples": 32}, device="cpu")
     assert status == "computed" and result["model"]["variant"] == "mixit" and result["computed"]
+
+    root = ex.open_root(two_process_run.parent)  # what the explorer lists and loads
+    row = ex.list_runs(root).set_index("run").loc[two_process_run.name]
+    assert row["status"] == "finished" and row["variant"] == "mixit"
+    assert len(ex.read_run_metrics(root, two_process_run)) == STEPS // 10
+    model = ex.load_run_model(root, two_process_run)
+    tokens = ex.run_task(root, two_process_run).eval_set(1)[0][0]
+    assert ex.attention_patterns(model, tokens).shape == (1, 4, len(tokens), len(tokens))
