@@ -15,7 +15,7 @@ from typing import Any
 
 from analysis.analyze import ABLATION_METHODS, AnalysisOptions
 from models.checkpoint import CheckpointError
-from training.rundir import ANALYSIS_DIR, RUNS_SUMMARY, atomic_file
+from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
 
 from .common import CLIError
 
@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=DEFAULTS.seed)
     p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     p.add_argument("--force", action="store_true", help="recompute even if a cached analysis matches")
+    p.add_argument("--checkpoints", dest="kept", action="store_true",
+                   help="also score every checkpoint the run kept (mixit train --keep-checkpoints): head scores "
+                        "by training step, into RUN/analysis_dynamics.csv")
 
 
 def _options(args: argparse.Namespace) -> AnalysisOptions:
@@ -73,6 +76,24 @@ def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[st
         "out": str(out_dir),
     }
 
+
+
+def _score_kept(args: argparse.Namespace, refs) -> None:
+    """--checkpoints: analysis.dynamics over the kept checkpoints of each run, into RUN/analysis_dynamics.csv."""
+    from analysis.dynamics import checkpoint_dynamics
+
+    device = "cpu" if args.device == "auto" else args.device
+    for ref in refs:
+        if ref.run_dir is None:
+            raise CLIError(f"mixit analyze: error: --checkpoints: {ref.checkpoint} is not in a run directory")
+        table = checkpoint_dynamics(ref.run_dir, args.n_seqs, args.seq_len, args.seed, device=device)
+        if table.empty:
+            print(f"{ref.run_dir}: kept no checkpoints (train it with --keep-checkpoints N)")
+            continue
+        with atomic_file(ref.run_dir / DYNAMICS_FILE) as fh:
+            table.to_csv(fh, index=False)
+        print(f"{ref.run_dir}: {len(table)} kept checkpoints -> {ref.run_dir / DYNAMICS_FILE}")
+        print(table.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.4g}"))
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -118,4 +139,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     columns = ["checkpoint", "variant", "task", "top_induction", "task_induction", "in_context_drop",
                "bits_per_trainable_param", "accuracy", "most_needed_head"]
     print(table[columns].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.4g}"))
+    if args.kept:
+        _score_kept(args, [ref for _, ref in refs])
     return 0

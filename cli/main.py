@@ -86,6 +86,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=None, help="default: every eval")
     parser.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     parser.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    parser.add_argument("--keep-checkpoints", type=int, default=0, metavar="N",
+                        help="also keep the model at initialization and at N log-spaced steps up to the last, in "
+                             "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)")
     parser.add_argument("--tracker", choices=TRACKERS, default="none",
                         help="also send the metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases "
                              "(offline unless logged in); metrics.jsonl stays the source of truth")
@@ -139,6 +142,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             checkpoint_every=args.checkpoint_every,
             device=args.device,
             compile=args.compile,
+            keep_checkpoints=args.keep_checkpoints,
             precision=args.precision,
             model_extra=extra,
             **fields,
@@ -163,7 +167,7 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
     if "--lr" in given or args.grid is None:
         out["lrs"] = args.lr
     fields = ("steps", "batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every", "eval_samples",
-              "checkpoint_every", "device", "compile", "precision")
+              "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
     out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}

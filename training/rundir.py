@@ -60,7 +60,9 @@ RUNS_SUMMARY = "summary.csv"
 MANIFEST = "reproduce.json"
 SIGNAL_FILE = "signal/signal.csv"
 SPEED_FILE = "speed/speed.csv"
-SKIP_DIRS = {CHECKPOINT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
+KEPT_DIR = "checkpoints"  # --keep-checkpoints: the model at earlier steps, checkpoints/step_000100/ (no trainer state)
+DYNAMICS_FILE = "analysis_dynamics.csv"  # head scores of every kept checkpoint (analysis.dynamics)
+SKIP_DIRS = {CHECKPOINT_DIR, KEPT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
 LOCK_FILE = ".lock"  # in a run directory: held (flock) by the process writing it
 
 
@@ -68,12 +70,28 @@ class RunLocked(RuntimeError):
     """Another live process is writing this run directory."""
 
 __all__ = [
-    "LOCK_FILE", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "MANIFEST",
+    "LOCK_FILE", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
     "METRICS_FILE", "RUNS_SUMMARY", "RUN_FILE", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
-    "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
+    "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
     "truncate_metrics", "write_json", "write_runs_table", "write_text",
 ]
+
+
+def kept_checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    """Where --keep-checkpoints keeps the model as it was after `step` optimizer steps."""
+    return Path(run_dir) / KEPT_DIR / f"step_{step:06d}"
+
+
+def kept_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every complete kept checkpoint of a run, by step (none without --keep-checkpoints)."""
+    folder = Path(run_dir) / KEPT_DIR
+    found = []
+    for d in folder.glob("step_*") if folder.is_dir() else []:
+        step = d.name.removeprefix("step_")
+        if step.isdigit() and (d / WEIGHTS_FILE).is_file() and (d / CONFIG_FILE).is_file():
+            found.append((int(step), d))
+    return sorted(found)
 
 
 def is_run_dir(path: str | Path) -> bool:

@@ -38,8 +38,8 @@ from models.transformer import derive_seed
 
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
-    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, read_json, read_run_info, read_summary, run_lock,
-    truncate_metrics, write_json, write_text,
+    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, kept_checkpoint_dir, read_json, read_run_info,
+    read_summary, run_lock, truncate_metrics, write_json, write_text,
 )
 from .parallel import Ranks, ddp_options, local_device
 from .tasks import Task, TrainStream, get_task
@@ -80,6 +80,7 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"
     compile: bool = False
+    keep_checkpoints: int = 0  # keep the model at 0 and at this many log-spaced steps up to the last (training dynamics)
     precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, or bf16 (autocast, CPU too)
 
     def __post_init__(self) -> None:
@@ -100,6 +101,8 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio={self.min_lr_ratio!r} must lie in [0, 1]")
         if self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"weight_decay={self.weight_decay!r} and grad_clip={self.grad_clip!r} must be >= 0")
+        if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
+            raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} must be an integer >= 0")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
@@ -144,6 +147,17 @@ class TrainConfig:
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+    def kept_steps(self) -> list[int]:
+        """The steps --keep-checkpoints keeps: the initialization (0) and `keep_checkpoints` log-spaced
+        steps from 1 to `steps` (fewer when short runs make some coincide)."""
+        n = self.keep_checkpoints
+        if n == 0:
+            return []
+        if n == 1:
+            return [0, self.steps]
+        ratio = self.steps ** (1 / (n - 1))
+        return sorted({0, *(min(self.steps, round(ratio**i)) for i in range(n))})
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay."""
@@ -401,7 +415,7 @@ class SettingsChanged(ValueError):
     """A run directory holds a run trained with other settings than those asked for."""
 
 
-IGNORED_SETTINGS = ("device", "compile")  # how a run executes, not what it computes
+IGNORED_SETTINGS = ("device", "compile", "keep_checkpoints")  # how a run executes or what it keeps, not what it computes
 
 
 def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[str, Any, Any]]:
@@ -488,6 +502,16 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     tokens_per_step = cfg.batch_size * task.seq_len
     counts = model.parameter_counts()
 
+    kept = set(cfg.kept_steps())
+
+    def keep_model(at_step: int) -> None:
+        if ranks.main and at_step in kept:
+            with atomic_directory(kept_checkpoint_dir(out, at_step)) as tmp:
+                write_model_files(model, tmp)
+
+    if step == 0:
+        keep_model(0)
+
     def save_checkpoint(at_step: int, elapsed: float) -> None:
         with atomic_directory(ckpt) as tmp:
             write_model_files(model, tmp)
@@ -570,6 +594,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
                 log(record)
                 last = record
                 bar.set_postfix(loss=f"{record['loss']:.3f}", eval_acc=f"{last_acc:.3f}")
+            keep_model(step)
             if ranks.main and (step % checkpoint_every == 0 or step == cfg.steps):
                 save_checkpoint(step, elapsed_before + time.perf_counter() - t_start)
             bar.update(1)
