@@ -29,6 +29,7 @@ FIGURE_NAMES = (
     "signal_depth",
     "speed",
     "depth_accuracy",
+    "dynamics",
 )
 
 

@@ -31,9 +31,10 @@ TEXT = "\n".join(
 
 
 def _train(root: Path, group: str, task: str, params: dict, variant: str, n_layers: int = 1, seed: int = 0,
-           steps: int = 8, lr: float = 3e-3) -> Path:
+           steps: int = 8, lr: float = 3e-3, keep: int = 0) -> Path:
     cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=n_layers, n_heads=2,
-                      seed=seed, steps=steps, batch_size=16, lr=lr, eval_every=4, eval_samples=32, device="cpu")
+                      seed=seed, steps=steps, batch_size=16, lr=lr, eval_every=4, eval_samples=32, device="cpu",
+                      keep_checkpoints=keep)
     name = f"{task}_{'_'.join(f'{k}{v}' for k, v in params.items() if k != 'text_file')}_{variant}_l{n_layers}_s{seed}"
     out = root / group / name
     train(cfg, out, progress=False)
@@ -61,8 +62,13 @@ def runs_dir(tmp_path_factory) -> Path:
         for seed in (0, 1):
             _train(root, "algorithmic", "addition", {"digits": 1}, "standard", seed=seed)
         _train(root, "algorithmic", "addition", {"digits": 1}, "mixit")
+        from analysis.dynamics import checkpoint_dynamics
+        from training.rundir import DYNAMICS_FILE
+
         for variant in ("standard", "mixit"):
-            _analyze(_train(root, "khop", "khop", {"hops": 1, "length": 8, "alphabet": 4}, variant, n_layers=2))
+            khop = _train(root, "khop", "khop", {"hops": 1, "length": 8, "alphabet": 4}, variant, n_layers=2, keep=3)
+            _analyze(khop)
+            checkpoint_dynamics(khop, n_seqs=2, seq_len=4).to_csv(khop / DYNAMICS_FILE, index=False)
         for n in (2, 3):
             _analyze(_train(root, "memorize", "memorize", {"n": n, "d": 2}, "standard"))
         for n_layers in (1, 2):
