@@ -24,7 +24,7 @@ from .common import NoData, finished_runs, legend_above
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "dynamics"
-GROUPS = ("khop", "retrieval")  # the groups whose heads it follows (it draws any run that kept checkpoints)
+GROUPS = ("khop", "retrieval")  # where heads form; it draws any run that kept checkpoints
 
 
 def dynamics_tables(runs: pd.DataFrame) -> list[tuple[pd.Series, pd.DataFrame]]:

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 
 from analysis.analyze import AnalysisOptions
 from training.rundir import (
-    ANALYSIS_DIR, DATA_CACHE_DIR, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished,
-    read_summary, write_json, write_runs_table,
+    ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file,
+    is_finished, kept_checkpoints, read_summary, write_json, write_runs_table,
 )
 from training.sweep import Executor, Run, _tasks_from_file, expand_grid, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
@@ -153,6 +153,12 @@ def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
     name, run_dir, options = job
     try:
         status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / ANALYSIS_DIR, options, device="cpu")
+        if kept_checkpoints(run_dir) and (status == "computed" or not (Path(run_dir) / DYNAMICS_FILE).is_file()):
+            from analysis.dynamics import checkpoint_dynamics  # the run kept checkpoints: score them by step
+
+            table = checkpoint_dynamics(run_dir, options.n_seqs, options.seq_len, options.seed)
+            with atomic_file(Path(run_dir) / DYNAMICS_FILE) as fh:
+                table.to_csv(fh, index=False)
     except Exception as e:
         return {"run": name, "status": "error", "message": f"{type(e).__name__}: {e}"}
     return {"run": name, "status": status}
