@@ -52,8 +52,8 @@ def runs_table(root: str) -> pd.DataFrame:
 
 
 @st.cache_resource(max_entries=8, show_spinner="Loading the model...")
-def cached_model(root: str, run_dir: str, stamp: tuple):
-    return ex.load_run_model(Path(root), run_dir)
+def cached_model(root: str, run_dir: str, stamp: tuple, step: int | None = None):
+    return ex.load_run_model(Path(root), run_dir, step)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -62,17 +62,35 @@ def cached_patterns(root: str, run_dir: str, stamp: tuple, tokens: tuple[int, ..
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def computed_head_table(root: str, run_dir: str, stamp: tuple) -> tuple[pd.DataFrame, dict]:
-    return ex.compute_head_table(cached_model(root, run_dir, stamp))
+def computed_head_table(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, dict]:
+    return ex.compute_head_table(cached_model(root, run_dir, stamp, step))
 
 
-def head_table(root: Path, row: pd.Series) -> tuple[pd.DataFrame, dict, str]:
-    """(heads table, chance, where it came from): analysis/heads.csv if stored, else computed now."""
-    stored = ex.stored_head_table(root, row["path"])
-    if stored is not None:
-        return stored[0], stored[1], "stored by mixit analyze (analysis/heads.csv)"
-    df, chance = computed_head_table(str(root), row["path"], ex.checkpoint_stamp(root, row["path"]))
-    return df, chance, "computed now on repeated random sequences (`mixit analyze` would store it)"
+@st.cache_data(max_entries=64, show_spinner=False)
+def computed_patching(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, str]:
+    model = None if step is None else cached_model(root, run_dir, stamp, step)
+    return ex.patching_table(Path(root), run_dir, model)
+
+
+def head_table(root: Path, row: pd.Series, step: int | None = None) -> tuple[pd.DataFrame, dict, str]:
+    """(heads table, chance, where it came from): analysis/heads.csv if stored (final checkpoint only), else
+    computed now on the final or the kept checkpoint of `step`."""
+    if step is None:
+        stored = ex.stored_head_table(root, row["path"])
+        if stored is not None:
+            return stored[0], stored[1], "stored by mixit analyze (analysis/heads.csv)"
+    df, chance = computed_head_table(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step), step)
+    where = "the final checkpoint" if step is None else f"the checkpoint kept at step {step}"
+    return df, chance, f"computed now on repeated random sequences, {where}"
+
+
+def step_choice(root: Path, rows: list[pd.Series], key: str) -> int | None:
+    """A 'Training step' slider over the kept checkpoints of these runs; None means the final checkpoint."""
+    steps = sorted({s for row in rows for s in ex.kept_steps(root, row["path"])})
+    if not steps:
+        return None
+    chosen = st.select_slider("Training step (kept checkpoints)", options=[*steps, "final"], value="final", key=key)
+    return None if chosen == "final" else int(chosen)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -284,6 +302,17 @@ def view_run(root: Path, runs: pd.DataFrame) -> None:
             st.info("No metrics logged yet.")
         else:
             x_range = [0, max(float(metrics["step"].max()), float(row["steps"] or 0)) * 1.03]
+            steps = ex.kept_steps(root, row["path"])
+            marked = None
+            if steps:
+                marked = st.select_slider("Training step (kept checkpoints)", options=steps, value=steps[-1],
+                                          key="run_step")
+                dynamics = ex.read_run_dynamics(root, row["path"])
+                if dynamics is not None and (dynamics["step"] == marked).any():
+                    st.dataframe(dynamics[dynamics["step"] == marked], hide_index=True, key="run_dynamics")
+                else:
+                    st.caption(f"Head scores by step: `mixit analyze {row['path']} --checkpoints`. The Heads view "
+                               "shows any kept step.")
 
             def curve(columns: list[str], title: str, key: str, y_range: list[float] | None = None) -> None:
                 present = [c for c in columns if c in metrics]
@@ -294,6 +323,8 @@ def view_run(root: Path, runs: pd.DataFrame) -> None:
                 fig.update_xaxes(range=x_range)
                 if y_range:
                     fig.update_yaxes(range=y_range)
+                if marked is not None:
+                    fig.add_vline(x=marked, line_dash="dot", line_color="#555555")
                 fig.update_layout(legend=dict(orientation="h", y=-0.25, title=None), height=380)
                 st.plotly_chart(fig, key=key)
 
@@ -445,15 +476,20 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
     scores = st.multiselect("Scores", list(ex.HEAD_SCORES),
                             default=["induction", "previous_token", "first_token", "copying"],
                             format_func=ex.HEAD_SCORES.get, key="heads_scores")
+    rows = {run: runs[runs["run"] == run].iloc[0] for run in chosen}
+    step = step_choice(root, [r for r in rows.values() if r["status"] != "corrupt"], "heads_step")
     tables: dict[str, tuple[pd.DataFrame, dict, str]] = {}
-    for run in chosen:
-        row = runs[runs["run"] == run].iloc[0]
+    steps: dict[str, int | None] = {}  # the checkpoint each run is shown at (None: its final one)
+    for run, row in rows.items():
         if row["status"] == "corrupt":
             st.error(f"{run} cannot be read: {row['error']}")
             continue
+        steps[run] = step if step is not None and step in ex.kept_steps(root, row["path"]) else None
+        if step is not None and steps[run] is None:
+            st.caption(f"`{run}` kept no checkpoint at step {step}: its final checkpoint is shown.")
         try:
             with st.spinner(f"Head scores of {run}..."):
-                tables[run] = head_table(root, row)
+                tables[run] = head_table(root, row, steps[run])
         except ex.NoHeadScores as e:  # a context too short for repeated sequences: nothing is wrong
             st.info(f"No head scores for {run}: {e}")
         except Exception as e:  # a broken checkpoint: an error on this run only
@@ -492,6 +528,8 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
         fig.update_annotations(font_size=11)
         st.plotly_chart(fig, key=f"heads_{score}")
 
+    patching_heatmaps(root, runs, {run: steps[run] for run in tables})
+
     st.subheader("A head on repeated random tokens")
     run = st.selectbox("Run", list(tables), key="heads_rep_run")
     row = runs[runs["run"] == run].iloc[0]
@@ -513,6 +551,47 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
                "head to the diagonal just below the main one; a sink head to column 0.")
     st.plotly_chart(pattern_figure(pattern, [str(t) for t in tokens.tolist()],
                                    f"{run}<br>layer {layer}, head {head}: {kind}"), key="heads_rep")
+
+
+def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
+    """Head-level activation patching (analysis.patching) of the chosen retrieval / 1-hop k-hop runs: how much
+    of the answer each head's clean output restores in a corrupted run, as a layer x head heatmap."""
+    grids, notes = {}, []
+    for run, step in chosen.items():
+        row = runs[runs["run"] == run].iloc[0]
+        if row["task"] not in ("retrieval", "khop"):
+            continue
+        try:
+            with st.spinner(f"Activation patching of {run}..."):
+                table, where = computed_patching(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step),
+                                                 step)
+        except ValueError as e:  # k-hop with more than one hop, or a task that cannot be rebuilt
+            notes.append(f"`{run}`: no patching ({e})")
+            continue
+        grids[run] = ex.patching_grid(table)
+        notes.append(f"`{run}`: {where}" + ("" if step is None else f", step {step}"))
+    if not grids:
+        return
+    st.subheader("Activation patching: which heads carry the answer")
+    st.caption("Each head's output is copied from a clean input into a corrupted one that differs only in the answer "
+               "(retrieval: the queried value; k-hop: the letter after the previous occurrence), with "
+               "TransformerLens's patching. 1 = the clean logit difference restored, 0 = none.")
+    for note in notes:
+        st.caption(note)
+    reach = max(1.0, max(float(np.nanmax(np.abs(g))) for g in grids.values()))
+    fig = make_subplots(rows=1, cols=len(grids), subplot_titles=[_short(runs, r) for r in grids], horizontal_spacing=0.06)
+    for i, (run, grid) in enumerate(grids.items()):
+        fig.add_trace(go.Heatmap(
+            z=grid, coloraxis="coloraxis", x=list(range(grid.shape[1])), y=list(range(grid.shape[0])),
+            text=np.vectorize(lambda v: f"{v:.2f}")(grid), texttemplate="%{text}",
+            hovertemplate=f"{run}<br>layer %{{y}} head %{{x}}<br>restored %{{z:.3f}}<extra></extra>"), row=1, col=i + 1)
+    fig.update_yaxes(autorange="reversed", dtick=1)
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    fig.update_xaxes(title_text="head", dtick=1)
+    fig.update_layout(title="fraction of the logit difference restored by patching one head",
+                      coloraxis=dict(colorscale="RdBu_r", cmin=-reach, cmax=reach),
+                      height=120 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=80, l=10, r=10, b=10))
+    st.plotly_chart(fig, key="heads_patching")
 
 
 def _short(runs: pd.DataFrame, run: str) -> str:

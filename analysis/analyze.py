@@ -39,7 +39,7 @@ from typing import Any, Callable
 from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE
 
 FORMAT = "mixit-lab/analysis"
-ANALYSIS_VERSION = 3  # bump when a definition changes, so cached results are recomputed
+ANALYSIS_VERSION = 4  # bump when a definition changes, so cached results are recomputed
 ANALYSIS_SUBDIR = ANALYSIS_DIR
 ABLATION_METHODS = ("mean", "zero", "none")
 
@@ -219,6 +219,28 @@ def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
         r, ablation.tables["ablation"] if ablation else None, ctx.options.ablation, ctx.task.name))
 
 
+def _patching_applies(ctx: AnalysisContext) -> str | None:
+    from .patching import PATCHABLE
+
+    if ctx.task is None:
+        return ctx.task_note
+    if ctx.task.name not in PATCHABLE or getattr(ctx.task, "hops", 1) != 1:
+        return f"activation patching applies to retrieval and 1-hop k-hop, not {ctx.task.name!r}"
+    return None
+
+
+def _patching(ctx: AnalysisContext) -> AnalysisResult:
+    from .patching import head_patching
+
+    df = head_patching(ctx.model, ctx.task, n=min(ctx.options.eval_samples, 128), seed=ctx.options.seed)
+    top = df.sort_values("restored", ascending=False).head(3)
+    return AnalysisResult({"patching": df}, {
+        "clean_logit_diff": df.attrs["clean_logit_diff"],
+        "corrupted_logit_diff": df.attrs["corrupted_logit_diff"],
+        "top": top[["layer", "head", "restored"]].to_dict("records"),
+    })
+
+
 # The registry, in the order they run (task_induction reads the ablation table).
 ANALYSES: tuple[Analysis, ...] = (
     Analysis("heads", _heads_applies, _heads),
@@ -227,6 +249,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("memory", _memory_applies, _memory),
     Analysis("ablation", _ablation_applies, _ablation),
     Analysis("task_induction", _task_induction_applies, _task_induction),
+    Analysis("patching", _patching_applies, _patching),
 )
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .common import attention_kind, cached_batches, check_positive_int, is_causal, pattern_hook, random_tokens
+from .common import cached_batches, layer_attention_kinds, check_positive_int, is_causal, pattern_hook, random_tokens
 
 STATS = (
     "entropy",
@@ -180,7 +180,7 @@ def attention_stats(
     causal = is_causal(model)
     n_layers, n_heads, t = model.cfg.n_layers, model.cfg.n_heads, tokens.shape[1]
     sums = torch.zeros(n_layers, len(STATS), n_heads, dtype=torch.float64)
-    if from_buffers and attention_kind(model) == "mixing":
+    if from_buffers and all(kind in ("mixing", "learned") for kind in layer_attention_kinds(model)):
         source = "buffer"
         for layer, block in enumerate(model.blocks):
             pattern = block.attn.mixing_pattern(t)

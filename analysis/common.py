@@ -28,9 +28,18 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def attention_kind(model: torch.nn.Module) -> str:
-    """'softmax', 'shaped' or 'mixing' for our models; 'softmax' for any other HookedRootModule."""
+    """The variant's attention ('softmax', 'shaped', 'mixing'); 'softmax' for any other HookedRootModule.
+    A grid model can differ per layer: see `layer_attention_kinds`."""
     config = getattr(model, "config", None)
     return config.spec.attention if config is not None and hasattr(config, "spec") else "softmax"
+
+
+def layer_attention_kinds(model: torch.nn.Module) -> list[str]:
+    """Each layer's attention: 'softmax', 'shaped', 'mixing' or 'learned' (input-independent, trained)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "layer_attention"):
+        return ["softmax"] * model.cfg.n_layers
+    return [config.layer_attention(layer) for layer in range(model.cfg.n_layers)]
 
 
 def is_causal(model: torch.nn.Module) -> bool:

@@ -32,11 +32,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .common import attention_kind, pattern_hook
+from .common import attention_kind, layer_attention_kinds, pattern_hook
 from models.checkpoint import CONFIG_FILE
 from training.rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, CHECKPOINT_FILES, MANIFEST, METRICS_FILE, RUN_FILE, SIGNAL_FILE,
-    SPEED_FILE, SUMMARY_FILE, find_runs, read_json, read_metric_records,
+    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST, METRICS_FILE, RUN_FILE,
+    SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
+    read_metric_records,
 )
 
 from .runs import COLUMNS, load_run
@@ -188,29 +189,43 @@ def read_run_table(root: Path, run_dir: str | Path, name: str) -> pd.DataFrame |
 
 
 # --------------------------------------------------------------------------- models and tasks
-def checkpoint_dir(root: Path, run_dir: str | Path) -> Path:
-    """The run's checkpoint/ directory, with each file a model load opens checked to lie under root."""
-    ckpt = inside(root, Path(run_dir) / CHECKPOINT_DIR)
+def checkpoint_dir(root: Path, run_dir: str | Path, step: int | None = None) -> Path:
+    """The run's checkpoint/ directory (or, with `step`, its kept checkpoint of that step), with each file a
+    model load opens checked to lie under root."""
+    ckpt = inside(root, Path(run_dir) / CHECKPOINT_DIR if step is None else kept_checkpoint_dir(run_dir, step))
     for name in CHECKPOINT_FILES:
         inside(root, ckpt / name)
     return ckpt
 
 
-def checkpoint_stamp(root: Path, run_dir: str | Path) -> tuple:
+def checkpoint_stamp(root: Path, run_dir: str | Path, step: int | None = None) -> tuple:
     """Modification times and sizes of the checkpoint's files: a cache key that changes with the weights."""
-    ckpt = checkpoint_dir(root, run_dir)
+    ckpt = checkpoint_dir(root, run_dir, step)
     return tuple(_stat(ckpt / name) for name in CHECKPOINT_FILES)
 
 
-def load_run_model(root: Path, run_dir: str | Path):
-    """The run's latest checkpoint as a model on the CPU, in eval mode.
+def kept_steps(root: Path, run_dir: str | Path) -> list[int]:
+    """The training steps of the run's kept checkpoints (`mixit train --keep-checkpoints N`); [] if none."""
+    return [step for step, _ in kept_checkpoints(inside(root, run_dir))]
+
+
+def read_run_dynamics(root: Path, run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's analysis_dynamics.csv (head scores per kept checkpoint), or None if absent or unreadable."""
+    try:
+        return pd.read_csv(inside(root, Path(run_dir) / DYNAMICS_FILE))
+    except (OSError, ValueError):
+        return None
+
+
+def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
+    """The run's latest checkpoint (or its kept checkpoint of `step`) as a model on the CPU, in eval mode.
 
     FileNotFoundError if the run has no checkpoint yet; models.checkpoint.CheckpointError (a
     ValueError) for a truncated or mismatched one. Both name the file.
     """
     from models import load_model
 
-    ckpt = checkpoint_dir(root, run_dir)
+    ckpt = checkpoint_dir(root, run_dir, step)
     if not (ckpt / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{Path(run_dir).name}: no checkpoint yet ({ckpt / CONFIG_FILE} is missing)")
     model = load_model(ckpt, device="cpu")
@@ -338,21 +353,24 @@ def attention_patterns(model, tokens: torch.Tensor) -> np.ndarray:
 
 def head_kinds(model) -> list[list[str]]:
     """[layer][head] -> what the head's pattern is: 'softmax', 'softmax, frozen Q/K', 'shaped',
-    'fixed (input-independent)' or 'fixed sink (input-independent)' (MixiT's head 0, unless its
-    config has sink_head=False)."""
-    kind = attention_kind(model)
+    'fixed (input-independent)', 'fixed sink (input-independent)' (MixiT's head 0, unless its config has
+    sink_head=False) or 'learned (input-independent)'. Grid models can differ by layer."""
     cfg = model.cfg
-    if kind == "mixing":
-        row = ["fixed (input-independent)"] * cfg.n_heads
-        if has_sink_head(model):
-            row[0] = "fixed sink (input-independent)"
-    elif kind == "shaped":
-        row = ["shaped: I + softmax - C"] * cfg.n_heads
-    else:
-        W_Q = getattr(model.blocks[0].attn, "W_Q", None) if cfg.n_layers else None
-        frozen = W_Q is not None and not W_Q.requires_grad
-        row = ["softmax, frozen Q/K" if frozen else "softmax"] * cfg.n_heads
-    return [list(row) for _ in range(cfg.n_layers)]
+    sink = getattr(getattr(model, "config", None), "sink_head", True)
+    rows = []
+    for layer, kind in enumerate(layer_attention_kinds(model)):
+        if kind in ("mixing", "learned"):
+            word = "fixed" if kind == "mixing" else "learned"
+            row = [f"{word} (input-independent)"] * cfg.n_heads
+            if sink:
+                row[0] = f"{word} sink (input-independent)"
+        elif kind == "shaped":
+            row = ["shaped: I + softmax - C"] * cfg.n_heads
+        else:
+            W_Q = model.blocks[layer].attn.W_Q
+            row = ["softmax" if W_Q.requires_grad else "softmax, frozen Q/K"] * cfg.n_heads
+        rows.append(row)
+    return rows
 
 
 def has_sink_head(model) -> bool:
@@ -387,6 +405,29 @@ def compute_head_table(model, n_seqs: int = 32, seq_len: int = 32, seed: int = 0
         raise NoHeadScores(f"n_ctx={model.cfg.n_ctx} is too short for head scores on repeated sequences (needs >= 4)")
     scores = head_scores_result(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
     return scores.table, dict(scores.chance)
+
+
+def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tuple[pd.DataFrame, str]:
+    """(head patching table, where it came from): analysis/patching.csv if `mixit analyze` stored it and no
+    model is given, else computed now on `model` (analysis.patching; ValueError if the task does not apply)."""
+    if model is None:
+        stored = read_run_table(root, run_dir, "patching")
+        if stored is not None:
+            return stored, "stored by mixit analyze (analysis/patching.csv)"
+        model = load_run_model(root, run_dir)
+    from .patching import head_patching
+
+    if task is None:
+        task = run_task(root, run_dir)
+    if task is None:
+        raise ValueError("activation patching applies to retrieval and 1-hop k-hop runs, not to text tasks")
+    return head_patching(model, task, n=64), "computed now on 64 clean/corrupted pairs"
+
+
+def patching_grid(table: pd.DataFrame) -> np.ndarray:
+    """[layer, head] array of the fraction of the answer's logit difference each head restores."""
+    grid = table.pivot(index="layer", columns="head", values="restored")
+    return grid.sort_index().sort_index(axis=1).to_numpy(dtype=float)
 
 
 def score_grid(heads: pd.DataFrame, score: str) -> np.ndarray:

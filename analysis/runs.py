@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from models.checkpoint import WEIGHTS_FILE
+from models.config import grid_label
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, RUN_FILE, SUMMARY_FILE, find_runs, group_of, read_json,
     read_metric_records,
@@ -54,8 +55,10 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
         info = read_json(reading)
         train = info["train"]
         params = dict(train.get("task_params") or {})
+        extra = train.get("model_extra") or {}
         row.update(
-            variant=train["variant"], task=train["task"], task_params=params,
+            variant=grid_label(train["variant"], extra.get("freeze", ()), extra.get("attention", ())),
+            task=train["task"], task_params=params,
             task_label=task_label(train["task"], params),
             **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size")},
         )

@@ -130,6 +130,9 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
 def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
     extra = {"causal": False} if args.bidirectional else {}
     extra.update(_model_options(getattr(args, "model_option", [])))
+    for key in ("freeze", "attention"):  # the trainability / attention grid on top of --variant
+        if getattr(args, key, None):
+            extra[key] = getattr(args, key)
     try:
         return TrainConfig(
             steps=args.steps,
@@ -189,6 +192,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="another ModelConfig field, e.g. qk_init_std=0.044 or residual_scale=0.5 (repeatable)")
+    p.add_argument("--freeze", metavar="PARTS",
+                   help="also keep these at their init: comma-separated, from embed, pos, qk, v, o, mix, mlp, norms, "
+                        "unembed; PART@L for layer L only (e.g. v,o or qk@1)")
+    p.add_argument("--attention", metavar="KINDS",
+                   help="each layer's attention, comma-separated (one entry: every layer): softmax, shaped, mixing "
+                        "(fixed random, as MixiT) or learned (trained, input-independent), e.g. mixing,softmax")
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="train data-parallel on N local processes (launches torchrun; gloo on CPU, NCCL on GPUs)")
     _add_training_options(p, many=False)

@@ -30,6 +30,7 @@ FIGURE_NAMES = (
     "speed",
     "depth_accuracy",
     "dynamics",
+    "beyond",
 )
 
 

@@ -14,7 +14,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-AttentionKind = Literal["softmax", "shaped", "mixing"]
+AttentionKind = Literal["softmax", "shaped", "mixing", "learned"]
+ATTENTION_KINDS = ("softmax", "shaped", "mixing", "learned")
+
+# The trainability grid: each component names the parameters it covers; `{layer}` is one layer's index
+# (a per-layer entry such as "qk@1") or any layer. `ModelConfig.freeze` freezes components at their init.
+COMPONENTS: dict[str, str] = {
+    "embed": r"embed\.W_E",
+    "pos": r"pos_embed\.W_pos",
+    "qk": r"blocks\.{layer}\.attn\.[Wb]_[QK]",
+    "v": r"blocks\.{layer}\.attn\.[Wb]_V",
+    "o": r"blocks\.{layer}\.attn\.[Wb]_O",
+    "mix": r"blocks\.{layer}\.attn\.A_learned",  # the trainable matrices of "learned" attention
+    "mlp": r"blocks\.{layer}\.mlp\..*",
+    "norms": r"blocks\.{layer}\.ln[12]\.w|ln_final\.w",
+    "unembed": r"unembed\..*|classifier\..*",
+}
+PER_LAYER = ("qk", "v", "o", "mix", "mlp", "norms")
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,32 @@ def _check(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _entries(name: str, value: Any) -> list[str]:
+    """A grid field as a list of strings: "qk,mlp" (the command line's form) or ["qk", "mlp"]."""
+    if isinstance(value, str):
+        value = value.split(",")
+    _check(isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+           f"{name}={value!r} must be a comma-separated string or a list of strings")
+    return [v.strip() for v in value if v.strip()]
+
+
+def grid_label(variant: str, freeze: Any = (), attention: Any = ()) -> str:
+    """'variant', or 'variant [freeze v,o; attention mixing,softmax]' for a grid model."""
+    parts = [f"{name} {','.join(_entries(name, value))}"
+             for name, value in (("freeze", freeze), ("attention", attention)) if _entries(name, value or [])]
+    return f"{variant} [{'; '.join(parts)}]" if parts else variant
+
+
+def grid_name(variant: str, freeze: Any = (), attention: Any = ()) -> str:
+    """The variant part of a run directory's name: 'mixit', 'mixit+attn-mixing-softmax', 'standard+freeze-v-o'."""
+    name = variant
+    if freeze and _entries("freeze", freeze):
+        name += "+freeze-" + "-".join(e.replace("@", "at") for e in _entries("freeze", freeze))
+    if attention and _entries("attention", attention):
+        name += "+attn-" + "-".join(_entries("attention", attention))
+    return name
+
+
 @dataclass
 class ModelConfig:
     """Hyperparameters of a model. Every field is JSON-serialisable.
@@ -143,6 +185,12 @@ class ModelConfig:
     base_layers: int = 1
     # Classifier pooling: "last" real token (the authors' sequence classifier) or "mean" over real tokens.
     pooling: Literal["last", "mean"] = "last"
+    # The grid on top of the variant (both empty for the six named variants). `freeze`: components kept
+    # at their init, in all layers ("qk") or one ("qk@1"); see COMPONENTS. `attention`: each layer's
+    # attention (one entry: every layer), replacing the variant's: softmax, shaped, mixing (MixiT's fixed
+    # matrices) or learned (the same matrices, trained: input-independent but learned).
+    freeze: list[str] = field(default_factory=list)
+    attention: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form metadata, saved with the model
 
     def __post_init__(self) -> None:
@@ -163,11 +211,6 @@ class ModelConfig:
             self.d_model % self.n_heads == 0,
             f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}",
         )
-        if self.spec.positions == "rotary":
-            _check(
-                self.d_head % 2 == 0,
-                f"d_head={self.d_head} (d_model / n_heads) must be even for rotary embeddings",
-            )
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"seed={self.seed!r} must be an integer")
         _check(self.init_std > 0, f"init_std={self.init_std!r} must be > 0")
         _check(self.qk_init_std is None or self.qk_init_std > 0, f"qk_init_std={self.qk_init_std!r} must be > 0 or None")
@@ -184,6 +227,24 @@ class ModelConfig:
             f"depth_alpha={self.depth_alpha!r} must be a number >= 0",
         )
         _check(self.pooling in ("last", "mean"), f"pooling={self.pooling!r} is not one of: 'last', 'mean'")
+        self.freeze = _entries("freeze", self.freeze)
+        self.attention = _entries("attention", self.attention)
+        for entry in self.freeze:
+            component, _, layer = entry.partition("@")
+            _check(component in COMPONENTS, f"freeze entry {entry!r}: {component!r} is not one of: {', '.join(COMPONENTS)}")
+            if layer:
+                _check(component in PER_LAYER,
+                       f"freeze entry {entry!r}: only {', '.join(PER_LAYER)} can be frozen in one layer")
+                _check(layer.isdigit() and int(layer) < self.n_layers,
+                       f"freeze entry {entry!r}: layer {layer!r} is not one of 0..{self.n_layers - 1}")
+        for kind in self.attention:
+            _check(kind in ATTENTION_KINDS, f"attention={kind!r} is not one of: {', '.join(ATTENTION_KINDS)}")
+        _check(len(self.attention) in (0, 1, self.n_layers),
+               f"attention={','.join(self.attention)} has {len(self.attention)} entries; give one (every layer) "
+               f"or n_layers={self.n_layers}")
+        if any(self.layer_attention(i) in ("softmax", "shaped") for i in range(self.n_layers)) \
+                and self.spec.positions == "rotary":
+            _check(self.d_head % 2 == 0, f"d_head={self.d_head} (d_model / n_heads) must be even for rotary embeddings")
         _check(
             self.n_classes is None
             or (isinstance(self.n_classes, int) and not isinstance(self.n_classes, bool) and self.n_classes >= 2),
@@ -206,10 +267,40 @@ class ModelConfig:
         """The readout's width multiplier: sqrt(base_width / d_model) in shaped variants with scaled_readout."""
         return math.sqrt(self.base_width / self.d_model) if self.spec.shaped and self.scaled_readout else 1.0
 
+    def layer_attention(self, layer: int) -> str:
+        """The attention of one layer: from `attention` if set, else the variant's."""
+        if not self.attention:
+            return self.spec.attention
+        return self.attention[0] if len(self.attention) == 1 else self.attention[layer]
+
+    def is_frozen(self, param_name: str) -> bool:
+        """True if `param_name` keeps its init: frozen by the variant or by a `freeze` entry."""
+        if self.spec.is_frozen(param_name):
+            return True
+        for entry in self.freeze:
+            component, _, layer = entry.partition("@")
+            if re.fullmatch(COMPONENTS[component].replace("{layer}", layer or r"\d+"), param_name):
+                return True
+        return False
+
+    @property
+    def is_grid(self) -> bool:
+        """Whether the grid changes the named variant (a `freeze` or `attention` entry)."""
+        return bool(self.freeze or self.attention)
+
+    @property
+    def label(self) -> str:
+        """A readable name: the variant, plus its grid settings, e.g. 'mixit [attention mixing,softmax]'."""
+        return grid_label(self.variant, self.freeze, self.attention)
+
     @property
     def attn_scale(self) -> float:
         """What q.k is multiplied by before the softmax: 1/sqrt(d_head), width-scaled in shaped attention."""
-        if self.spec.attention != "shaped":
+        return self.attn_scale_for(self.spec.attention)
+
+    def attn_scale_for(self, kind: str) -> float:
+        """The q.k multiplier of a layer whose attention is `kind`."""
+        if kind != "shaped":
             return 1 / math.sqrt(self.d_head)
         width = self.base_width / self.d_model if self.width_scaled_temperature else 1.0
         return width / (self.tau0 * math.sqrt(self.d_head))

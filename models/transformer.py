@@ -131,26 +131,41 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     return A.float(), scale.float()
 
 
+# On CPU, fused SDPA costs more than three plain ops for very short sequences (memorize: T = 3 took
+# 5.4 ms per layer forward + backward vs 2.2 ms; benchmarks/bench_kernels.py). Same function either way.
+MATH_ATTENTION_MAX_LEN = 8
+
+
 class Attention(nn.Module):
-    """Multi-head attention; `kind` picks softmax, shaped softmax, or MixiT's fixed mixing."""
+    """Multi-head attention; `kind` picks softmax, shaped softmax, MixiT's fixed mixing, or learned mixing.
+
+    "learned" is input-independent like mixing but trained: A_learned [head, q, k] starts as MixiT's
+    matrices minus the identity, and each use re-centres it over the allowed keys and adds the identity
+    back, so A stays causal and every row sums to 1, as MixiT's do (a constant signal stays constant).
+    """
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.cfg = cfg
-        self.kind = cfg.spec.attention
+        self.kind = cfg.layer_attention(layer)
         H, D, E = cfg.n_heads, cfg.d_model, cfg.d_head
-        if self.kind != "mixing":
+        if self.kind in ("softmax", "shaped"):
             self.W_Q = nn.Parameter(torch.empty(H, D, E))
             self.W_K = nn.Parameter(torch.empty(H, D, E))
             add_bias(self, "b_Q", H, E, trained=cfg.bias)
             add_bias(self, "b_K", H, E, trained=cfg.bias)
-            self.scale = cfg.attn_scale  # q.k multiplier: 1/sqrt(d_head), width-scaled for shaped attention
-            cos, sin = rotary_tables(cfg.n_ctx, E, cfg.rope_base)
-            self.register_buffer("rotary_cos", cos, persistent=False)
-            self.register_buffer("rotary_sin", sin, persistent=False)
+            self.scale = cfg.attn_scale_for(self.kind)  # q.k multiplier: 1/sqrt(d_head), width-scaled if shaped
+            self.rotary = cfg.spec.positions == "rotary"  # with learned positions, none (as MixiT's)
+            if self.rotary:
+                cos, sin = rotary_tables(cfg.n_ctx, E, cfg.rope_base)
+                self.register_buffer("rotary_cos", cos, persistent=False)
+                self.register_buffer("rotary_sin", sin, persistent=False)
         else:
             A, scale = mixing_matrices(cfg, layer)
-            self.register_buffer("mixing", A)  # [head, query_pos, key_pos], saved in checkpoints
+            if self.kind == "mixing":
+                self.register_buffer("mixing", A)  # [head, query_pos, key_pos], saved in checkpoints
+            else:
+                self.A_learned = nn.Parameter(A - torch.eye(cfg.n_ctx) * (cfg.depth_alpha == 0))
             self.register_buffer("mixing_noise_std", scale)  # [head]
         self.W_V = nn.Parameter(torch.empty(H, D, E))
         add_bias(self, "b_V", H, E, trained=cfg.bias)
@@ -181,14 +196,15 @@ class Attention(nn.Module):
         """x [batch, pos, d_model] -> [batch, pos, d_model]. key_padding_mask [batch, pos] is True at real tokens."""
         b, t, _ = x.shape
         v = self.hook_v(self._project(x, self.W_V, self.b_V))
-        if self.kind == "mixing":
+        if self.kind in ("mixing", "learned"):
             z = self._mix(v, key_padding_mask)
         else:
             q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
             k = self.hook_k(self._project(x, self.W_K, self.b_K))
-            cos, sin = self.rotary_cos[:t], self.rotary_sin[:t]
-            q = self.hook_rot_q(apply_rotary(q, cos, sin))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin))
+            if self.rotary:
+                cos, sin = self.rotary_cos[:t], self.rotary_sin[:t]
+                q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             z = self._softmax_attention(q, k, v, key_padding_mask)
         z = self.hook_z(z)
         return affine(z.reshape(b, t, -1), self.W_O.reshape(-1, self.W_O.shape[-1]), self.b_O, self.out_mult)
@@ -210,7 +226,7 @@ class Attention(nn.Module):
         shaped = self.kind == "shaped"
         # [batch, pos, head, d_head] -> [batch, head, pos, d_head] views for the matmuls.
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if self._needs_pattern():
+        if self._needs_pattern() or (q.device.type == "cpu" and t <= MATH_ATTENTION_MAX_LEN):
             allowed = self._allowed(t, q.device, key_padding_mask)
             scores = (qh @ kh.transpose(-1, -2)) * self.scale
             scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
@@ -235,11 +251,23 @@ class Attention(nn.Module):
         return torch.eye(t, device=device) - C
 
     def mixing_pattern(self, t: int, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """MixiT's fixed pattern for sequences of length t: [head, t, t] ([batch, head, t, t] with padding)."""
+        """The input-independent pattern for sequences of length t: [head, t, t] ([batch, head, t, t] with
+        padding): MixiT's fixed matrices, or the learned ones."""
+        if self.kind == "learned":
+            return self._learned_pattern(t, key_padding_mask)
         A = self.mixing[:, :t, :t]
         if key_padding_mask is not None or (not self.cfg.causal and t < self.cfg.n_ctx):
             A = self._recentre_mixing(A, key_padding_mask)
         return A
+
+    def _learned_pattern(self, t: int, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """I + A_learned re-centred over each row's allowed keys (no identity under the depth option)."""
+        allowed = self._allowed(t, self.A_learned.device, key_padding_mask).to(self.A_learned.dtype)
+        noise = self.A_learned[:, :t, :t] * allowed
+        row_mean = noise.sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True)
+        eye = torch.eye(t, dtype=noise.dtype, device=noise.device) * (self.cfg.depth_alpha == 0)
+        A = eye + (noise - row_mean) * allowed
+        return A[0] if key_padding_mask is None else A
 
     def _mix(self, v: torch.Tensor, key_padding_mask) -> torch.Tensor:
         A = self.mixing_pattern(v.shape[1], key_padding_mask).to(v.dtype)
@@ -443,7 +471,7 @@ class Transformer(HookedRootModule):
         self.tokenizer = None  # a tokenizers.Tokenizer for models trained on text (set_tokenizer)
         self._init_weights()
         for name, param in self.named_parameters():
-            param.requires_grad_(not spec.is_frozen(name))
+            param.requires_grad_(not config.is_frozen(name))
         self.setup()  # registers hook points with HookedRootModule
 
     @torch.no_grad()

@@ -339,8 +339,10 @@ def reproduce(
     table = stage("train", lambda: train_stage(runs, out, executor, progress, log, tracker))
     options = AnalysisOptions.from_dict(preset.analysis)
     stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
-    stage("signal", lambda: signal_stage(preset.signal, out, log))
-    stage("speed", lambda: speed_stage(preset.speed, out, log))
+    if "signal" not in preset.skip:
+        stage("signal", lambda: signal_stage(preset.signal, out, log))
+    if "speed" not in preset.skip:
+        stage("speed", lambda: speed_stage(preset.speed, out, log))
 
     import figures
 

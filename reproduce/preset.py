@@ -11,6 +11,7 @@ A preset file is a mapping:
     studies: {NAME: STUDY, ...}     each a grid: variants, tasks, sizes, seeds, lrs, train, text, about
     analysis: {...}                 analysis.AnalysisOptions fields for the analysis stage
     signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
+    skip: [signal, speed]           stages this preset leaves out (both run by default)
 
 Unknown keys are refused with one line naming the file, the key and the allowed keys, as
 TrainConfig does; checking the values is left to the stage that uses them.
@@ -26,6 +27,7 @@ from typing import Any
 import yaml
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
+SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
 TEXT_KINDS = ("lm", "sentiment")  # what a study's `text:` may name: the corpus it needs (reproduce.pipeline)
 
 
@@ -90,6 +92,7 @@ class Preset:
     analysis: dict[str, Any] = field(default_factory=dict)  # analysis.AnalysisOptions fields
     signal: dict[str, Any] = field(default_factory=dict)
     speed: dict[str, Any] = field(default_factory=dict)
+    skip: list[str] = field(default_factory=list)  # optional stages left out: "signal", "speed"
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "preset") -> Preset:
@@ -100,7 +103,11 @@ class Preset:
         _check_train(f"{where}: train", data.get("train"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
         blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed")}
-        return cls(**{**data, **blocks, "name": str(data.get("name", where)), "studies": studies})
+        skip = _as_list(data.get("skip") or [])
+        bad = [s for s in skip if s not in SKIPPABLE]
+        if bad:
+            raise ValueError(f"{where}: skip={bad!r}: only these stages can be skipped: {', '.join(SKIPPABLE)}")
+        return cls(**{**data, **blocks, "skip": skip, "name": str(data.get("name", where)), "studies": studies})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-able), as recorded in reproduce.json."""

@@ -44,10 +44,22 @@ def _finished(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["status"] == "finished"]
 
 
+BEYOND = "beyond"  # the study group of grid experiments (reproduce/presets/beyond.yaml): not the paper's tables
+
+# The paper's finding next to each task of the beyond-the-paper table.
+BEYOND_RELATED = {
+    "retrieval": "Table 1: retrieval needs learned attention (standard 100%, frozen_qk 97.0%, mixit 11.2%)",
+    "khop": "Table 1: k-hop induction (standard 99.99%, frozen_qk 96.7%, mixit 48.6%)",
+    "lm": "Table 2: log-ppl standard 2.78 < frozen_qk 3.07 < mixit 3.73",
+}
+BEYOND_COLUMNS = ["task", "variant", "metric", "value", "std", "seeds", "paper_related"]
+
+
 def select(runs: pd.DataFrame, task: str, study: str | None = None) -> pd.DataFrame:
-    """Finished runs of `task`, from `study` if that study has any, else from every study."""
+    """Finished runs of `task`, from `study` if that study has any, else from every study (never the
+    beyond-the-paper group: its grid models are not the paper's variants)."""
     mine = _finished(runs)
-    mine = mine[mine["task"] == task]
+    mine = mine[(mine["task"] == task) & (mine["group"] != BEYOND)]
     if study is not None and (mine["group"] == study).any():
         mine = mine[mine["group"] == study]
     return mine
@@ -188,6 +200,17 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
         ind = ind.sort_values(["_has_task", "task_score", "repeat_score"], ascending=False, na_position="last")
         ind = ind.drop_duplicates("variant").drop(columns="_has_task").reset_index(drop=True)
     tables["induction"] = ind
+
+    # Beyond the paper: each grid model's final metric per task, over seeds (LM: log-perplexity).
+    rows = []
+    beyond = _finished(runs)[_finished(runs)["group"] == BEYOND]
+    for (task, label, variant), df in beyond.groupby(["task", "task_label", "variant"], sort=False):
+        lm = task == "lm"
+        values = df["eval_loss" if lm else "eval_acc"].astype(float) * (1 if lm else 100)
+        rows.append({"task": label, "variant": variant, "metric": "log-ppl" if lm else "accuracy %",
+                     "value": values.mean(), "std": values.std(ddof=0), "seeds": len(values),
+                     "paper_related": BEYOND_RELATED.get(task, "")})
+    tables["beyond"] = pd.DataFrame(rows, columns=BEYOND_COLUMNS)
 
     # Speed: per-sample training time relative to standard.
     speed_path = runs_dir / SPEED_FILE
@@ -470,6 +493,10 @@ TITLES = {
                   "keys, task_positional the most attention that ignores the tokens can get, ablation_drop the "
                   "accuracy (points) lost by mean-ablating the head. repeat_*: the TransformerLens-style induction "
                   "score on repeated random tokens [r, r], which k-hop models never see, as context."),
+    "beyond": ("Beyond the paper: grid models", "Models the paper does not train: per-layer attention "
+               "(`[attention mixing,softmax]`: MixiT with its last layer softmax; `learned`: trainable "
+               "input-independent matrices) and frozen components (`[freeze v,o]`), final eval metric over seeds "
+               "with its spread. New results: no verdict, the paper's related finding alongside."),
     "speed": ("Training speed", "Full training step (forward, backward, AdamW) at the size given; faster_pct is "
               "the per-sample time saved relative to standard."),
 }

@@ -65,12 +65,12 @@ TINY_SENTENCES = "\n".join(
 
 
 def _tiny_run(root: Path, study: str, name: str, task: str, params: dict, variant: str, n_layers: int = 2,
-              steps: int = 30) -> Path:
+              steps: int = 30, keep: int = 0) -> Path:
     from training import TrainConfig, train
 
     cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=n_layers, n_heads=2,
                       seed=0, steps=steps, batch_size=32, lr=3e-3, eval_every=10, eval_samples=64, log_every=10,
-                      device="cpu")
+                      device="cpu", keep_checkpoints=keep)
     out = root / study / name
     train(cfg, out, progress=False)
     return out
@@ -80,7 +80,8 @@ def _tiny_run(root: Path, study: str, name: str, task: str, params: dict, varian
 def explorer_runs(tmp_path_factory) -> dict:
     """A small runs directory laid out as `mixit reproduce` writes one, built once per test session.
 
-    retrieval/{standard, frozen_qk, mixit} (standard analysed, the others not), memorize/standard
+    retrieval/{standard, frozen_qk, mixit} (standard analysed, the others not; frozen_qk kept checkpoints at
+    steps 0, 1 and 30), memorize/standard
     (analysed: memory.csv), lm/standard and sentiment/mixit (byte tokenizer; their corpora lie
     outside the runs directory), signal/signal.csv, speed/speed.csv, reproduce.json with a figure
     inside the directory, and two broken runs: unreadable/bad-json (run.json is not JSON) and
@@ -107,8 +108,9 @@ def explorer_runs(tmp_path_factory) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tiny tasks: the trainer warns that the stream sees eval rows
             retrieval = {"pairs": 3, "num_values": 8}
-            for variant in ("standard", "frozen_qk", "mixit"):
-                runs[variant] = _tiny_run(root, "retrieval", f"retrieval-{variant}", "retrieval", retrieval, variant)
+            for variant in ("standard", "frozen_qk", "mixit"):  # frozen_qk keeps checkpoints: the step sliders
+                runs[variant] = _tiny_run(root, "retrieval", f"retrieval-{variant}", "retrieval", retrieval, variant,
+                                          keep=2 if variant == "frozen_qk" else 0)
             analyze_checkpoint(runs["standard"], runs["standard"] / "analysis", options, device="cpu")
             runs["memorize"] = _tiny_run(root, "memorize", "memorize-standard", "memorize", {"n": 3, "d": 2},
                                          "standard", n_layers=1)

@@ -40,7 +40,7 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
     assert f"{run}: computed" in out and str(folder) in out
     meta = json.loads((folder / "analysis.json").read_text())
     assert meta["checkpoint_sha256"] == checkpoint_hash(run / "checkpoint")
-    assert meta["computed"] == ["heads", "in_context_loss", "attention", "signal", "ablation"]
+    assert meta["computed"] == ["heads", "in_context_loss", "attention", "signal", "ablation", "patching"]
     assert set(meta["skipped"]) == {"memory", "task_induction"} and "retrieval" in meta["skipped"]["memory"]
     assert meta["task"]["name"] == "retrieval" and meta["model"]["variant"] == "standard"
     assert sorted(p.name for p in folder.iterdir()) == sorted(["analysis.json", *meta["tables"].values()])
@@ -54,6 +54,10 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
     assert sorted(ablation["rank"]) == [1, 2, 3, 4] and meta["summary"]["ablation"]["examples"] == 32
     assert len(pd.read_csv(folder / "attention.csv")) == 4
     assert len(pd.read_csv(folder / "in_context_loss.csv")) == 13
+    patching = pd.read_csv(folder / "patching.csv")
+    assert list(patching.columns) == ["layer", "head", "restored", "logit_diff"] and len(patching) == 4
+    assert [(t["layer"], t["head"]) for t in meta["summary"]["patching"]["top"]] == [
+        tuple(r) for r in patching.sort_values("restored", ascending=False)[["layer", "head"]].head(3).values]
 
 
 def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_path, capsys):
@@ -66,7 +70,7 @@ def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_pat
     assert code == 0, err
     folder = run / "analysis"
     meta = json.loads((folder / "analysis.json").read_text())
-    assert meta["computed"][-2:] == ["ablation", "task_induction"] and "task_induction" not in meta["skipped"]
+    assert meta["computed"][-3:] == ["ablation", "task_induction", "patching"] and "task_induction" not in meta["skipped"]
     scores = pd.read_csv(folder / "task_induction.csv")
     assert list(scores.columns) == ["layer", "head", "score", "shuffled"] and len(scores) == 4
     aligned = meta["summary"]["task_induction"]

@@ -224,6 +224,37 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     np.testing.assert_allclose(values(rep["data"][0]["z"]), pattern, atol=1e-6)
 
 
+def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
+    runs = ["retrieval/retrieval-standard", "retrieval/retrieval-frozen_qk"]
+    at = app(view="Heads", heads_runs=runs)
+    patched = chart(at, "heads_patching")
+    stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "patching.csv")
+    np.testing.assert_allclose(values(patched["data"][0]["z"]), ex.patching_grid(stored))
+    assert "retrieval-frozen_qk`: computed now" in texts(at.caption)
+    slider = at.select_slider(key="heads_step")
+    assert slider.options == ["0", "1", "30", "final"] and slider.value == "final"
+    # An earlier step: frozen_qk's scores come from its kept checkpoint; standard kept none, so its final one.
+    slider.set_value(0)
+    at = rerun(at)
+    captions = texts(at.caption)
+    assert "retrieval-standard` kept no checkpoint at step 0" in captions
+    assert "the checkpoint kept at step 0" in captions
+    root = ex.open_root(explorer_runs["root"])
+    at_init = ex.compute_head_table(ex.load_run_model(root, explorer_runs["frozen_qk"], step=0))[0]
+    induction = chart(at, "heads_induction")
+    np.testing.assert_allclose(values(induction["data"][1]["z"]), ex.score_grid(at_init, "induction"), atol=1e-6)
+
+
+def test_run_view_step_slider_marks_the_curves(app):
+    at = app(view="Run", run_run="retrieval/retrieval-frozen_qk")
+    slider = at.select_slider(key="run_step")
+    assert slider.options == ["0", "1", "30"] and slider.value == 30
+    slider.set_value(1)
+    at = rerun(at)
+    shapes = chart(at, "run_loss")["layout"].get("shapes", [])
+    assert [s["x0"] for s in shapes] == [1]
+
+
 def test_heads_view_defaults_to_the_open_run_and_its_variants(app):
     at = app(view="Heads", current_run="retrieval/retrieval-mixit")  # e.g. opened from a link or the Run view
     shown = at.multiselect(key="heads_runs").value

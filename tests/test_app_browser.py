@@ -1,5 +1,6 @@
 """The explorer in a real browser: start `streamlit run app.py` on a free localhost port and drive headless
-Chromium (Playwright) through Runs -> Attention -> Heads on the session's tiny runs directory.
+Chromium (Playwright) through Runs -> Attention -> Heads (head scores, the patching heatmap, the training-step
+slider) on the session's tiny runs directory.
 
 Needs the `playwright` Python package (dev extra) and a Chromium: Debian's `chromium` (/usr/bin/chromium,
 which .ci/run installs when it can), another on PATH, or MIXIT_CHROMIUM=/path/to/chrome. Without them the
@@ -115,6 +116,11 @@ def test_runs_attention_heads_in_a_browser(server, tmp_path):
             assert page.locator(ERRORS).count() == 0
 
             open_view(page, "Attention")
+            # The run that kept checkpoints; the Heads view then opens on it and its study's other variants.
+            page.get_by_role("combobox").first.click()
+            page.keyboard.type("retrieval-frozen_qk")
+            page.keyboard.press("Enter")
+            wait_until_idle(page)
             page.locator(".js-plotly-plot").nth(1).wait_for(timeout=TIMEOUT_MS)  # the grid and one enlarged head
             page.get_by_role("radio", name="L0 H1", exact=True).click()  # a pill: "click a head to enlarge"
             wait_until_idle(page)
@@ -123,7 +129,18 @@ def test_runs_attention_heads_in_a_browser(server, tmp_path):
 
             open_view(page, "Heads")
             page.get_by_text("induction score").first.wait_for(timeout=TIMEOUT_MS)
-            assert page.locator(".js-plotly-plot").count() >= 4  # four scores side by side, and one head's pattern
+            assert page.locator(".js-plotly-plot").count() >= 5  # four scores, patching, and one head's pattern
+            page.get_by_role("heading", name="Activation patching: which heads carry the answer").wait_for(
+                timeout=TIMEOUT_MS)
+            page.get_by_text("fraction of the logit difference restored").first.wait_for(timeout=TIMEOUT_MS)
+            # The step slider: from "final" to the first kept checkpoint (step 0), with the keyboard.
+            slider = page.get_by_role("slider").first
+            assert slider.get_attribute("aria-valuetext") == "final"
+            slider.focus()
+            page.keyboard.press("Home")
+            wait_until_idle(page)
+            assert page.get_by_role("slider").first.get_attribute("aria-valuetext") == "0"
+            page.get_by_text("the checkpoint kept at step 0").first.wait_for(timeout=TIMEOUT_MS)
             shot = tmp_path / "heads.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000

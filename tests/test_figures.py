@@ -31,11 +31,13 @@ TEXT = "\n".join(
 
 
 def _train(root: Path, group: str, task: str, params: dict, variant: str, n_layers: int = 1, seed: int = 0,
-           steps: int = 8, lr: float = 3e-3, keep: int = 0) -> Path:
+           steps: int = 8, lr: float = 3e-3, keep: int = 0, extra: dict | None = None) -> Path:
     cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=n_layers, n_heads=2,
                       seed=seed, steps=steps, batch_size=16, lr=lr, eval_every=4, eval_samples=32, device="cpu",
-                      keep_checkpoints=keep)
-    name = f"{task}_{'_'.join(f'{k}{v}' for k, v in params.items() if k != 'text_file')}_{variant}_l{n_layers}_s{seed}"
+                      keep_checkpoints=keep, model_extra=extra or {})
+    grid = "_".join(f"{k}{'-'.join(v)}" for k, v in (extra or {}).items())
+    name = (f"{task}_{'_'.join(f'{k}{v}' for k, v in params.items() if k != 'text_file')}_{variant}{grid}"
+            f"_l{n_layers}_s{seed}")
     out = root / group / name
     train(cfg, out, progress=False)
     return out
@@ -71,6 +73,10 @@ def runs_dir(tmp_path_factory) -> Path:
             checkpoint_dynamics(khop, n_seqs=2, seq_len=4).to_csv(khop / DYNAMICS_FILE, index=False)
         for n in (2, 3):
             _analyze(_train(root, "memorize", "memorize", {"n": n, "d": 2}, "standard"))
+        for seed in (0, 1):  # the beyond-the-paper group: a named variant and a grid model
+            _train(root, "beyond-retrieval", "retrieval", {"pairs": 2, "num_values": 4}, "mixit", n_layers=2, seed=seed)
+            _train(root, "beyond-retrieval", "retrieval", {"pairs": 2, "num_values": 4}, "mixit", n_layers=2, seed=seed,
+                   extra={"attention": ["mixing", "softmax"]})
         for n_layers in (1, 2):
             _train(root, "depth", "addition", {"digits": 1}, "standard", n_layers=n_layers)
         text = root / "text.txt"
@@ -239,3 +245,9 @@ def test_measure_throughput_has_the_speed_csv_columns():
                                          vocab=8, steps=1, repeats=1, warmup=0, device="cpu")["relative_to_standard"][0])
     with pytest.raises(ValueError, match="variants"):
         measure_throughput(["nope"])
+
+
+def test_beyond_figure_labels_grid_models(runs_dir):
+    fig = figures.FIGURES["beyond"].plot(runs_dir)
+    labels = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.get_yticklabels()]
+    assert labels == ["MixiT", "mixit [attention mixing,softmax]"]

@@ -383,3 +383,21 @@ def test_mixit_without_sink_head(tiny_cfg):
     assert cos[0] > 0.2 > 0.05 > abs(cos[1])
     with pytest.raises(ValueError, match="sink_head='no'"):
         tiny_cfg("mixit", sink_head="no")
+
+
+@pytest.mark.parametrize("variant", ["standard", "shaped"])
+def test_short_sequences_take_plain_attention_with_the_same_result(variant, tiny_cfg, monkeypatch):
+    """On CPU, sequences up to MATH_ATTENTION_MAX_LEN skip the fused kernel (faster there); same function."""
+    import models.transformer as tr
+
+    model = build_model(tiny_cfg(variant))
+    tokens = torch.randint(0, 13, (3, tr.MATH_ATTENTION_MAX_LEN))
+    calls = []
+    real_sdpa = tr.F.scaled_dot_product_attention
+    monkeypatch.setattr(tr.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
+    plain = model(tokens)
+    assert not calls
+    monkeypatch.setattr(tr, "MATH_ATTENTION_MAX_LEN", 0)
+    fused = model(tokens)
+    assert calls
+    torch.testing.assert_close(plain, fused, rtol=1e-5, atol=1e-5)

@@ -49,7 +49,7 @@ def _text(nb) -> str:
     return "\n".join(parts)
 
 
-def _check_common(nb, tolerance: float = 1e-4) -> str:
+def _check_common(nb, tolerance: float = 1e-4, images: int = 2) -> str:
     text = _text(nb)
     probe = re.search(r"PROBE (.+) \| (.+)", text)
     assert probe, "the probe cell printed nothing"
@@ -57,7 +57,8 @@ def _check_common(nb, tolerance: float = 1e-4) -> str:
     assert Path(probe[2]).resolve().is_relative_to(ROOT), f"the kernel imported models from {probe[2]}, not this repo"
     table = [o.data["text/plain"] for o in _outputs(nb) if "data" in o and "copying" in o.data.get("text/plain", "")]
     assert table and all(column in table[0] for column in COLUMNS), "no head-score table in the outputs"
-    assert sum("image/png" in o.get("data", {}) for o in _outputs(nb)) == 2  # induction heatmap, one head's pattern
+    # induction heatmap, one head's pattern, and the patching heatmap when the run's task allows it
+    assert sum("image/png" in o.get("data", {}) for o in _outputs(nb)) == images
     # TransformerLens's detect_head (through the adapter) equals our scores rescaled, per head type.
     gaps = dict(re.findall(r"(\w+_head): max \|TL - ours rescaled\| = (\S+)", text))
     assert set(gaps) == {"previous_token_head", "duplicate_token_head", "induction_head"}
@@ -74,8 +75,9 @@ def test_committed_notebook_is_clean():
 
 
 def test_notebook_trains_its_own_model(tmp_path, monkeypatch):
-    text = _check_common(_execute(tmp_path, monkeypatch))
+    text = _check_common(_execute(tmp_path, monkeypatch), images=3)
     assert re.search(r"trained \d+ steps", text)
+    assert re.search(r"logit difference: clean -?\d+\.\d+, corrupted", text) and "restored" in text
     assert "detect_head(model, token ids, ...) fails: ValueError: this model has no tokenizer" in text
     assert list(tmp_path.glob("mixit-notebook-*/khop1-standard/summary.json"))
 
@@ -88,4 +90,5 @@ def test_notebook_opens_mixit_checkpoint(tmp_path, monkeypatch):
     # 0.5 / (2n) of a score there, ~5e-4 on these prompts, instead of agreeing to float precision.
     text = _check_common(_execute(tmp_path, monkeypatch, checkpoint), tolerance=2e-3)
     assert f"checkpoint: {checkpoint}" in text and "variant='mixit'" in text
+    assert "activation patching needs a retrieval or 1-hop k-hop run directory: skipped" in text
     assert not re.search(r"trained \d+ steps", text) and not list(tmp_path.glob("mixit-notebook-*"))

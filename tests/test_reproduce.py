@@ -426,7 +426,7 @@ def test_killed_midway_then_rerun_completes_everything(smoke):
     manifest = json.loads((tmp / "runs" / "reproduce.json").read_text())
     assert manifest["status"] == "finished" and manifest["preset"] == "smoke"
     runs = manifest["runs"]
-    assert killed and finished_before < len(runs) == 57  # it really was interrupted
+    assert killed and finished_before < len(runs) == 60  # it really was interrupted
     # The text studies ran, on the generated corpora given on the command line (never ../shared/data).
     assert sum(r.startswith("lm/") for r in runs) == 3 and sum(r.startswith("sentiment/") for r in runs) == 2
     for kind in ("lm", "sentiment"):
@@ -455,15 +455,19 @@ def test_every_figure_and_report_table_exists(smoke):
             assert path.is_file() and path.stat().st_size > 1000, path
     report = (tmp / "report" / "report.md").read_text()
     for title in ("## Findings", "Table 1", "Table 2", "Table 3", "Table 4", "Table 6", "Table 7",
-                  "## Induction heads", "## Training speed", "## Figures"):
+                  "## Induction heads", "## Beyond the paper", "## Training speed", "## Figures"):
         assert title in report, title
     findings = pd.read_csv(tmp / "report" / "findings.csv")
     assert list(findings["id"]) == list(range(1, 8))
     for table in ("table1_retrieval", "table2_lm", "table3_tasks", "table4_memorize", "table6_depth",
-                  "table7_signal", "speed"):
+                  "table7_signal", "speed", "beyond"):
         assert len(pd.read_csv(tmp / "report" / f"{table}.csv")) > 0, table
     assert sorted(pd.read_csv(tmp / "report" / "table2_lm.csv")["variant"]) == ["frozen_qk", "mixit", "standard"]
     assert (pd.read_csv(tmp / "report" / "table3_tasks.csv")["task"].str.startswith("sentiment")).sum() == 2
+    # Grid models have their own table, labelled, and stay out of the paper's.
+    assert sorted(pd.read_csv(tmp / "report" / "beyond.csv")["variant"]) == [
+        "mixit", "mixit [attention mixing,softmax]", "standard [freeze v,o]"]
+    assert not pd.read_csv(tmp / "report" / "table1_retrieval.csv")["variant"].str.contains(r"\[").any()
     # Each text table names its corpus.
     assert "**Corpus**: " in report and "articles.txt (given)." in report
     assert "**Sentiment rows**: " in report and "sentences.txt (given)." in report

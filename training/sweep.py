@@ -33,6 +33,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from models import VARIANTS
+from models.config import grid_name
 
 from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, write_runs_table, write_text
 from .tasks import TASKS
@@ -53,10 +54,31 @@ def _name_part(value: Any) -> str:
 
 def run_name(cfg: TrainConfig) -> str:
     params = "".join(f"_{k}{_name_part(v)}" for k, v in sorted(cfg.task_params.items()))
+    variant = grid_name(cfg.variant, cfg.model_extra.get("freeze", ()), cfg.model_extra.get("attention", ()))
     return (
-        f"{cfg.task}{params}__{cfg.variant}__d{cfg.d_model}_l{cfg.n_layers}_h{cfg.n_heads}"
+        f"{cfg.task}{params}__{variant}__d{cfg.d_model}_l{cfg.n_layers}_h{cfg.n_heads}"
         f"__lr{cfg.lr:g}__s{cfg.seed}"
     )
+
+
+GRID_KEYS = ("freeze", "attention")  # what a variant entry may set on top of its named variant
+
+
+def variant_entry(entry: Any) -> tuple[str, dict[str, Any]]:
+    """A sweep's variant: a name, or {name: {freeze: ..., attention: ...}} (a grid model), as (name, settings)."""
+    if isinstance(entry, str):
+        name, settings = entry, {}
+    elif isinstance(entry, dict) and len(entry) == 1:
+        (name, settings), = entry.items()
+        settings = dict(settings or {})
+        unknown = sorted(set(settings) - set(GRID_KEYS))
+        if unknown:
+            raise ValueError(f"variant {name!r}: unknown grid keys {unknown}; allowed: {list(GRID_KEYS)}")
+    else:
+        raise ValueError(f"variant entry {entry!r} must be a name or {{name: {{freeze: ..., attention: ...}}}}")
+    if name not in VARIANTS:
+        raise ValueError(f"variant {name!r} is not one of: {', '.join(VARIANTS)}")
+    return name, settings
 
 
 def _as_list(value: Any) -> list:
@@ -105,14 +127,13 @@ def expand_grid(
     """The cross product as (run name, TrainConfig), validating every value up front (text tasks are
     built once, their tokens cached in `cache_dir`)."""
     variants = list(VARIANTS) if list(variants) == ["all"] else list(variants)
-    for v in variants:
-        if v not in VARIANTS:
-            raise ValueError(f"variant {v!r} is not one of: {', '.join(VARIANTS)}")
+    entries = [variant_entry(v) for v in variants]
     runs: list[Run] = []
-    for (task, params), size, variant, lr, seed in itertools.product(tasks, sizes, variants, lrs, seeds):
-        cfg = TrainConfig.from_dict(
-            {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
-        )
+    for (task, params), size, (variant, grid), lr, seed in itertools.product(tasks, sizes, entries, lrs, seeds):
+        fields = {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
+        if grid:
+            fields["model_extra"] = {**train_fields.get("model_extra", {}), **grid}
+        cfg = TrainConfig.from_dict(fields)
         cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
         runs.append((run_name(cfg), cfg))
     names = [n for n, _ in runs]

@@ -199,6 +199,29 @@ def cpu_has_bf16() -> bool:
         return False
 
 
+def keep_freed_memory(keep: bool = True) -> bool:
+    """Let glibc's malloc keep freed blocks (up to 32 MB each) for reuse instead of giving them back.
+
+    A training step frees and reallocates the same activation buffers every step. With glibc's
+    defaults many go back to the OS and return as fresh pages, about 1,700 page faults per step for a
+    k-hop model of the quick preset; kept, about 20, and the step is 5-10% faster on a 2-core VM
+    (benchmarks/bench_kernels.py). `keep=False` restores glibc's default thresholds. Returns whether
+    the setting applied (glibc on Linux only; elsewhere nothing changes).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+    mmap_limit, trim, pad = (32 << 20, 1 << 30, 64 << 20) if keep else (128 << 10, 128 << 10, 128 << 10)
+    return all(mallopt(option, value) for option, value in
+               ((M_MMAP_THRESHOLD, mmap_limit), (M_TRIM_THRESHOLD, trim), (M_TOP_PAD, pad)))
+
+
 def autocast_for(device: torch.device, precision: str = "auto"):
     """Mixed precision for forward passes: bf16 autocast (matmuls in bf16, softmax, norms and losses in fp32)
     when `precision` resolves to bf16, else full precision. Weights and optimizer state stay fp32."""
@@ -455,6 +478,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     if not ranks.main:
         task = cfg.build_task(out.parent / DATA_CACHE_DIR)
     model_cfg = cfg.model_config(task)
+    if device.type == "cpu":
+        keep_freed_memory()
     if resume and (out / RUN_FILE).is_file():
         saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")
         if saved is not None and saved != task.data_fingerprint:

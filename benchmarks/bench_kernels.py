@@ -1,0 +1,132 @@
+"""Two CPU choices of the training step, measured side by side in one process.
+
+    python benchmarks/bench_kernels.py                 # 1 thread, as each worker of a sweep
+    python benchmarks/bench_kernels.py --threads 2 --repeats 8
+
+1. Attention: fused `scaled_dot_product_attention` vs the plain ops (q k^T, masked softmax, @ v), forward
+   and backward, at the quick preset's attention shapes. The model takes the plain ops on CPU up to
+   `MATH_ATTENTION_MAX_LEN` positions.
+2. Memory: one training step of a quick-preset k-hop model with glibc malloc's default thresholds vs
+   `keep_freed_memory()`, with the minor page faults per step.
+
+Blocks of steps alternate between the two choices and the median block is reported: on a shared
+machine, only alternating measurements are comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from models.transformer import MATH_ATTENTION_MAX_LEN  # noqa: E402
+from training.tasks import TrainStream  # noqa: E402
+from training.trainer import TrainConfig, keep_freed_memory, task_loss  # noqa: E402
+from models import build_model  # noqa: E402
+
+# (batch, heads, positions, d_head): memorize, modular addition, 3-digit addition (16 heads),
+# retrieval (8 pairs), k-hop, the LM study.
+ATTENTION_SHAPES = [(512, 4, 3, 4), (128, 4, 5, 16), (128, 16, 13, 4), (128, 4, 19, 16), (128, 4, 33, 16),
+                    (32, 4, 64, 32)]
+
+
+def fused(q, k, v, scale):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def plain(q, k, v, scale):
+    t = q.shape[-2]
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def alternate(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds per block for each callable, blocks alternating; one warm-up round first."""
+    times = {name: [] for name in fns}
+    for r in range(repeats + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def attention_table(repeats: int, calls: int) -> None:
+    print(f"attention, forward + backward, ms per call (plain ops used up to {MATH_ATTENTION_MAX_LEN} positions)")
+    print(f"{'batch, heads, pos, d_head':>28} {'fused sdpa':>11} {'plain ops':>10} {'plain/fused':>12}")
+    for B, H, T, E in ATTENTION_SHAPES:
+        q, k, v = (torch.randn(B, H, T, E, requires_grad=True) for _ in range(3))
+        grad = torch.randn(B, H, T, E)
+
+        def block(fn):
+            def run():
+                for _ in range(calls):
+                    fn(q, k, v, E**-0.5).backward(grad)
+            return run
+
+        med = alternate({"fused": block(fused), "plain": block(plain)}, repeats)
+        f, p = med["fused"] / calls * 1e3, med["plain"] / calls * 1e3
+        print(f"{str((B, H, T, E)):>28} {f:>11.2f} {p:>10.2f} {p / f:>12.2f}")
+
+
+def memory_table(repeats: int, steps: int) -> None:
+    cfg = TrainConfig(task="khop", task_params={"hops": 1, "length": 16, "alphabet": 6}, variant="frozen_qk",
+                      d_model=64, n_layers=3, n_heads=4, model_extra={"qk_init_std": 0.125}, batch_size=128)
+    task = cfg.build_task(None)
+    model = build_model(cfg.model_config(task))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    stream = TrainStream(task, cfg.batch_size, seed=0)
+    faults = {"glibc defaults": [], "keep_freed_memory": []}
+
+    def block(keep: bool, name: str):
+        def run():
+            keep_freed_memory(keep)
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(steps):
+                loss = task_loss(model, task, stream.next())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            faults[name].append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / steps)
+        return run
+
+    med = alternate({"glibc defaults": block(False, "glibc defaults"),
+                     "keep_freed_memory": block(True, "keep_freed_memory")}, repeats)
+    print(f"\ntraining step, k-hop frozen_qk (d_model 64, 3 layers, batch 128, {task.seq_len} positions)")
+    print(f"{'malloc':>20} {'ms/step':>8} {'page faults/step':>17}")
+    for name, sec in med.items():
+        print(f"{name:>20} {sec / steps * 1e3:>8.1f} {statistics.median(faults[name][1:]):>17.0f}")
+    keep_freed_memory(True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--memory-only", action="store_true", help="only the malloc comparison")
+    ap.add_argument("--repeats", type=int, default=6, help="alternating blocks per choice")
+    ap.add_argument("--steps", type=int, default=10, help="training steps (or 2x attention calls) per block")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {args.threads} thread(s)\n")
+    if not args.memory_only:
+        attention_table(args.repeats, 2 * args.steps)
+    if sys.platform.startswith("linux"):
+        memory_table(args.repeats, args.steps)
+    else:
+        print("\n(malloc thresholds: glibc only; skipped)")
+
+
+if __name__ == "__main__":
+    main()
