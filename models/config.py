@@ -299,7 +299,16 @@ class ModelConfig:
         return self.attn_scale_for(self.spec.attention)
 
     def attn_scale_for(self, kind: str) -> float:
-        """The q.k multiplier of a layer whose attention is `kind`."""
+        """The q.k multiplier of a layer whose attention is `kind`.
+
+        A softmax layer in a shaped-variant model (a grid hybrid such as mixit with one softmax layer)
+        is divided by base_width / d_model: its W_Q and W_K carry the width multiplier
+        sqrt(base_width / d_model) each, and without this its logits at init would be base_width /
+        d_model times a standard model's (8x at width 64), a saturated softmax that barely trains.
+        """
+        if kind == "softmax":
+            width = self.d_model / self.base_width if self.spec.shaped else 1.0
+            return width / math.sqrt(self.d_head)
         if kind != "shaped":
             return 1 / math.sqrt(self.d_head)
         width = self.base_width / self.d_model if self.width_scaled_temperature else 1.0

@@ -154,7 +154,7 @@ class Attention(nn.Module):
             self.W_K = nn.Parameter(torch.empty(H, D, E))
             add_bias(self, "b_Q", H, E, trained=cfg.bias)
             add_bias(self, "b_K", H, E, trained=cfg.bias)
-            self.scale = cfg.attn_scale_for(self.kind)  # q.k multiplier: 1/sqrt(d_head), width-scaled if shaped
+            self.scale = cfg.attn_scale_for(self.kind)  # q.k multiplier: 1/sqrt(d_head), width-scaled in shaped models
             self.rotary = cfg.spec.positions == "rotary"  # with learned positions, none (as MixiT's)
             if self.rotary:
                 cos, sin = rotary_tables(cfg.n_ctx, E, cfg.rope_base)

@@ -111,6 +111,24 @@ def test_hybrid_mixit_has_softmax_in_the_chosen_layer():
     assert not torch.allclose(pattern[0], pattern[1])  # input-dependent, unlike layer 0
 
 
+def test_hybrid_softmax_layer_undoes_the_width_multipliers_of_q_and_k():
+    """In a mixit model W_Q and W_K carry sqrt(base/d_model) each; the softmax layer divides q.k by
+    base/d_model, so its logits at init are on a standard model's scale rather than 8x larger."""
+    shape = dict(d_model=64, n_layers=2, n_heads=4, n_ctx=19, d_vocab=50, seed=0, qk_init_std=0.125)
+    hybrid = build_model(ModelConfig(variant="mixit", attention="mixing,softmax", **shape))
+    tokens = torch.randint(0, 50, (16, 19), generator=torch.Generator().manual_seed(0))
+    _, cache = hybrid.run_with_cache(tokens)
+    q, k = cache["blocks.1.attn.hook_q"], cache["blocks.1.attn.hook_k"]  # [batch, pos, head, d_head]
+    scores = cache["blocks.1.attn.hook_attn_scores"]
+    expected = torch.einsum("bqhe,bkhe->bhqk", q, k) * (64 / 512) / 4  # d_model / base_width / sqrt(d_head)
+    causal = torch.ones(19, 19, dtype=torch.bool).tril()
+    torch.testing.assert_close(scores[..., causal], expected[..., causal], rtol=1e-5, atol=1e-5)
+
+    _, std_cache = build_model(ModelConfig(variant="standard", **shape)).run_with_cache(tokens)
+    spread = scores[..., causal].std() / std_cache["blocks.1.attn.hook_attn_scores"][..., causal].std()
+    assert 0.5 < spread < 2, spread  # without the division: about 8
+
+
 def test_learned_attention_is_causal_row_normalised_and_trained(one_thread):
     cfg = ModelConfig(variant="mixit", **SHAPE, attention="learned")
     model = build_model(cfg)
