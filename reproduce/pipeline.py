@@ -358,6 +358,8 @@ def reproduce(
     manifest["wall_s"] = round(time.time() - started, 1)
     manifest["findings"] = findings
     write_json(out / MANIFEST, manifest)
-    log(f"report: {report_dir / 'report.md'} ({sum(f['holds'] is True for f in findings)} of {len(findings)} "
-        f"findings hold); wall time {manifest['wall_s']:.0f}s")
+    measured = [f for f in findings if f["holds"] is not None]
+    verdicts = (f"{sum(f['holds'] for f in measured)} of {len(measured)} measured findings hold" if measured
+                else "no paper finding measured")
+    log(f"report: {report_dir / 'report.md'} ({verdicts}); wall time {manifest['wall_s']:.0f}s")
     return manifest

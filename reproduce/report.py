@@ -552,9 +552,14 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     ]
     for kind, info in (manifest.get("text") or {}).items():
         lines.append(f"- **{'Skipped' if info.get('skipped') else 'Text'}**: {info['note']}")
-    lines += ["", "## Findings", "", "| # | finding | criterion | ours | verdict |", "|---|---|---|---|---|"]
-    for f in findings:
-        lines.append(f"| {f['id']} | {f['finding']} | {f['criterion']} | {f['ours']} | **{verdict[f['holds']]}** |")
+    lines += ["", "## Findings", ""]
+    if all(f["holds"] is None for f in findings):
+        lines.append("No run of this preset measures one of the paper's findings"
+                     + (" (its grid models are under \"Beyond the paper\" below)." if len(tables.get(BEYOND, ())) else "."))
+    else:
+        lines += ["| # | finding | criterion | ours | verdict |", "|---|---|---|---|---|"]
+        for f in findings:
+            lines.append(f"| {f['id']} | {f['finding']} | {f['criterion']} | {f['ours']} | **{verdict[f['holds']]}** |")
     lines.append("")
     for name, df in tables.items():
         title, caption = TITLES[name]

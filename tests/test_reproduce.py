@@ -157,6 +157,16 @@ def test_missing_data_is_not_measured_never_holds():
     assert all("not measured" in f["ours"] for f in findings)
 
 
+def test_a_report_without_paper_runs_says_so_instead_of_a_table(tmp_path):
+    from reproduce.report import write_report
+
+    (tmp_path / "runs").mkdir()
+    findings = write_report(tmp_path / "runs", tmp_path / "report", {"preset": "beyond"})
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert all(f["holds"] is None for f in findings) and "No run of this preset measures" in report
+    assert "| # | finding |" not in report
+
+
 def test_retrieval_verdict_follows_the_criterion():
     def table(mixit):
         rows = [("standard", 100.0), ("frozen_mlp", 99.0), ("frozen_qk", 95.0), ("mixit", mixit)]
