@@ -222,6 +222,20 @@ def test_a_kill_between_the_swaps_steps_is_recovered_on_resume(tmp_path):
     assert all(a[k].equal(b[k]) for k in a)
 
 
+def _last_logged_step(run) -> int:
+    """The step of the last complete line of run/metrics.jsonl (0 before the first)."""
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError):
+            continue  # a line still being written
+    return 0
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_path):
     """Real SIGKILLs (no cleanup runs) at random moments, then --resume until done: the same weights and
@@ -236,10 +250,16 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     rng = random.Random(0)
     kills = 0
-    for attempt in range(4):
+    # Kill points are training steps, not seconds, so a fast machine cannot finish before the kill:
+    # one random step in each quarter of the run, then a random few milliseconds more (mid-step,
+    # mid-checkpoint). Each lies past the previous one by more than the 10-step logging interval.
+    for low in (20, 110, 200, 290):
+        target = rng.randrange(low, low + 80)
         proc = subprocess.Popen(argv + (["--resume"] if (out / "run.json").exists() else []), cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(2.5, 6.0))
+        while proc.poll() is None and _last_logged_step(out) < target:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
         if proc.poll() is None:
             proc.kill()
             kills += 1
@@ -247,7 +267,7 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
     done = subprocess.run(argv + (["--resume"] if (out / "run.json").exists() else []), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert kills >= 1  # at least one run really was killed mid-way
+    assert kills == 4  # every run really was killed mid-way
     whole = tmp_path / "whole"
     subprocess.run([a if a != str(out) else str(whole) for a in argv], cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=600)

@@ -60,8 +60,9 @@ def test_evaluate_sequence_and_token_metrics():
 
 
 def test_small_standard_model_learns_three_digit_addition(tmp_path):
+    # It takes off between steps 400 and 700 depending on the CPU's float rounding; 1,000 leaves margin.
     cfg = TrainConfig(task="addition", task_params={"digits": 3}, variant="standard", d_model=64, n_layers=2,
-                      n_heads=4, steps=600, batch_size=128, lr=3e-3, eval_every=200, eval_samples=1000)
+                      n_heads=4, steps=1000, batch_size=128, lr=3e-3, eval_every=500, eval_samples=1000)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["status"] == "finished"
     assert summary["eval_acc"] > 0.9, summary
