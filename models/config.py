@@ -263,9 +263,15 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @property
+    def width_mult(self) -> float:
+        """The width multiplier of a linear layer with fan-in d_model: sqrt(base_width / d_model) in shaped
+        variants (attention projections, the MLP's up-projections, the readout), 1 elsewhere."""
+        return math.sqrt(self.base_width / self.d_model) if self.spec.shaped else 1.0
+
+    @property
     def readout_mult(self) -> float:
-        """The readout's width multiplier: sqrt(base_width / d_model) in shaped variants with scaled_readout."""
-        return math.sqrt(self.base_width / self.d_model) if self.spec.shaped and self.scaled_readout else 1.0
+        """The readout's width multiplier: width_mult, unless scaled_readout is off."""
+        return self.width_mult if self.scaled_readout else 1.0
 
     def layer_attention(self, layer: int) -> str:
         """The attention of one layer: from `attention` if set, else the variant's."""
@@ -302,13 +308,13 @@ class ModelConfig:
         """The q.k multiplier of a layer whose attention is `kind`.
 
         A softmax layer in a shaped-variant model (a grid hybrid such as mixit with one softmax layer)
-        is divided by base_width / d_model: its W_Q and W_K carry the width multiplier
-        sqrt(base_width / d_model) each, and without this its logits at init would be base_width /
-        d_model times a standard model's (8x at width 64), a saturated softmax that barely trains.
+        undoes the width multipliers that its W_Q and W_K carry (width_mult each): without this its
+        logits at init would be base_width / d_model times a standard model's (8x at width 64), a
+        saturated softmax that barely trains.
         """
-        if kind == "softmax":
-            width = self.d_model / self.base_width if self.spec.shaped else 1.0
-            return width / math.sqrt(self.d_head)
+        if kind == "softmax":  # divided by width_mult**2, written exactly (sqrt(8)**2 is not 8 in floats)
+            qk_mult = self.base_width / self.d_model if self.spec.shaped else 1.0
+            return 1 / (qk_mult * math.sqrt(self.d_head))
         if kind != "shaped":
             return 1 / math.sqrt(self.d_head)
         width = self.base_width / self.d_model if self.width_scaled_temperature else 1.0

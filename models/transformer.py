@@ -172,7 +172,7 @@ class Attention(nn.Module):
         self.W_O = nn.Parameter(torch.empty(H, E, D))
         add_bias(self, "b_O", D, trained=cfg.bias)
         # Width scaling of the shaped variants: output * sqrt(base / fan_in); fan_in = d_model for all four.
-        self.out_mult = math.sqrt(cfg.base_width / D) if cfg.spec.shaped else 1.0
+        self.out_mult = cfg.width_mult
 
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()
@@ -317,7 +317,7 @@ class MLP(nn.Module):
         if self.shaped:
             self.slope = 1 - 1 / math.sqrt(D)
             self.gain = nn.init.calculate_gain("leaky_relu", self.slope)
-            self.in_mult = math.sqrt(cfg.base_width / D)
+            self.in_mult = cfg.width_mult
             self.out_mult = math.sqrt(cfg.base_width_down / M)
         else:
             self.in_mult = self.out_mult = 1.0
