@@ -4,8 +4,12 @@
     python benchmarks/bench_kernels.py --threads 2 --repeats 8
 
 1. Attention: fused `scaled_dot_product_attention` vs the plain ops (q k^T, masked softmax, @ v), forward
-   and backward, at the quick preset's attention shapes. The model takes the plain ops on CPU up to
-   `MATH_ATTENTION_MAX_LEN` positions.
+   and backward, in fp32 and bf16, at the quick preset's attention shapes and the two of
+   benchmarks/bench_step.py; q, k and v are views of one [batch, pos, 3, head, d_head] projection, as in
+   the model. "plain" takes the softmax along the last dimension, "keys-first" computes the scores as
+   [batch, head, key, query] and takes it along dimension -2, as the model does up to
+   `KEYS_FIRST_MAX_LEN` positions. The model takes the plain ops on CPU up to
+   `MATH_ATTENTION_MAX_LEN[dtype]` positions.
 2. Memory: one training step of a quick-preset k-hop model with glibc malloc's default thresholds vs
    `keep_freed_memory()`, with the minor page faults per step.
 
@@ -27,26 +31,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models.transformer import MATH_ATTENTION_MAX_LEN  # noqa: E402
+from models.transformer import KEYS_FIRST_MAX_LEN, MATH_ATTENTION_MAX_LEN  # noqa: E402
 from training.tasks import TrainStream  # noqa: E402
 from training.trainer import TrainConfig, keep_freed_memory, task_loss  # noqa: E402
 from models import build_model  # noqa: E402
 
 # (batch, heads, positions, d_head): memorize, modular addition, 3-digit addition (16 heads),
-# retrieval (8 pairs), k-hop, the LM study.
+# retrieval (8 pairs), k-hop, the LM study; bench_step.py's algorithmic and LM shapes.
 ATTENTION_SHAPES = [(512, 4, 3, 4), (128, 4, 5, 16), (128, 16, 13, 4), (128, 4, 19, 16), (128, 4, 33, 16),
-                    (32, 4, 64, 32)]
+                    (32, 4, 64, 32), (1000, 4, 34, 32), (32, 8, 128, 32)]
 
 
 def fused(q, k, v, scale):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
+def causal_bias(t: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(t, t, dtype=dtype).masked_fill_(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+
+
 def plain(q, k, v, scale):
-    t = q.shape[-2]
-    allowed = torch.ones(t, t, dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf"))
+    scores = (q @ k.transpose(-1, -2)) * scale + causal_bias(q.shape[-2], q.dtype)
     return torch.softmax(scores, dim=-1) @ v
+
+
+def keys_first(q, k, v, scale):
+    scores_kq = (k @ q.transpose(-1, -2)) * scale + causal_bias(q.shape[-2], q.dtype).T
+    return torch.softmax(scores_kq, dim=-2).transpose(-1, -2) @ v
 
 
 def alternate(fns: dict, repeats: int) -> dict[str, float]:
@@ -62,21 +73,29 @@ def alternate(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def attention_table(repeats: int, calls: int) -> None:
-    print(f"attention, forward + backward, ms per call (plain ops used up to {MATH_ATTENTION_MAX_LEN} positions)")
-    print(f"{'batch, heads, pos, d_head':>28} {'fused sdpa':>11} {'plain ops':>10} {'plain/fused':>12}")
+    limits = ", ".join(f"{str(k).removeprefix('torch.')} {v}" for k, v in MATH_ATTENTION_MAX_LEN.items())
+    print(f"attention, forward + backward, ms per call (plain ops used up to: {limits} positions; "
+          f"keys-first up to {KEYS_FIRST_MAX_LEN})")
+    print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'fused sdpa':>11} {'plain':>8} {'keys-first':>11} "
+          f"{'best/fused':>11}")
     for B, H, T, E in ATTENTION_SHAPES:
-        q, k, v = (torch.randn(B, H, T, E, requires_grad=True) for _ in range(3))
-        grad = torch.randn(B, H, T, E)
+        for dtype in (torch.float32, torch.bfloat16):
+            qkv = torch.randn(B, T, 3, H, E, dtype=dtype, requires_grad=True)
+            grad = torch.randn(B, H, T, E, dtype=dtype)
+            reps = max(1, calls * 128 * 64 // (B * T * max(T, 16)))  # fewer calls for the big shapes
 
-        def block(fn):
-            def run():
-                for _ in range(calls):
-                    fn(q, k, v, E**-0.5).backward(grad)
-            return run
+            def block(fn):
+                def run():
+                    for _ in range(reps):
+                        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+                        fn(q, k, v, E**-0.5).backward(grad)
+                return run
 
-        med = alternate({"fused": block(fused), "plain": block(plain)}, repeats)
-        f, p = med["fused"] / calls * 1e3, med["plain"] / calls * 1e3
-        print(f"{str((B, H, T, E)):>28} {f:>11.2f} {p:>10.2f} {p / f:>12.2f}")
+            med = alternate({"fused": block(fused), "plain": block(plain), "keys-first": block(keys_first)}, repeats)
+            ms = {name: sec / reps * 1e3 for name, sec in med.items()}
+            best = min(ms["plain"], ms["keys-first"])
+            print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['fused']:>11.2f} "
+                  f"{ms['plain']:>8.2f} {ms['keys-first']:>11.2f} {best / ms['fused']:>11.2f}")
 
 
 def memory_table(repeats: int, steps: int) -> None:

@@ -72,10 +72,11 @@ def rotary_tables(n_ctx: int, d_head: int, base: float) -> tuple[torch.Tensor, t
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [batch, pos, head, d_head] by position; cos/sin are [pos, d_head]."""
+    """Rotate x [..., d_head] by position; cos/sin [.., d_head] broadcast against x (e.g. [pos, 1, d_head]
+    for x [batch, pos, head, d_head])."""
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    return x * cos + rotated * sin
 
 
 def add_bias(module: nn.Module, name: str, *shape: int, trained: bool) -> None:
@@ -131,9 +132,18 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     return A.float(), scale.float()
 
 
-# On CPU, fused SDPA costs more than three plain ops for very short sequences (memorize: T = 3 took
-# 5.4 ms per layer forward + backward vs 2.2 ms; benchmarks/bench_kernels.py). Same function either way.
-MATH_ATTENTION_MAX_LEN = 8
+# On CPU, PyTorch's fused SDPA kernel is slower than plain ops (two batched matmuls and a softmax) at the
+# sequence lengths this study trains on, most of all in bf16 (k-hop, T = 34, bf16: 137 ms forward + backward
+# vs 17 ms; benchmarks/bench_kernels.py). The plain path is used up to these lengths; same function either way.
+MATH_ATTENTION_MAX_LEN = {torch.float32: 64, torch.bfloat16: 512}
+KEYS_FIRST_MAX_LEN = 64  # beyond it a softmax along the last dimension is as fast (see Attention._softmax_attention)
+
+
+def plain_attention_max_len(device: torch.device, dtype: torch.dtype) -> int:
+    """Longest sequence for which `Attention` uses plain ops rather than the fused SDPA kernel."""
+    if device.type != "cpu":
+        return 0
+    return MATH_ATTENTION_MAX_LEN.get(dtype, MATH_ATTENTION_MAX_LEN[torch.float32])
 
 
 class Attention(nn.Module):
@@ -183,11 +193,23 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, q_pos, k_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """x [batch, pos, d_model] -> [batch, pos, head, d_head] for W [head, d_model, d_head]."""
-        H, D, E = W.shape
-        out = affine(x, W.transpose(0, 1).reshape(D, H * E), b.reshape(H * E), self.out_mult)
-        return out.view(*x.shape[:-1], H, E)
+    def _project(self, x: torch.Tensor, *Wb: torch.Tensor) -> torch.Tensor:
+        """x [batch, pos, d_model] -> [batch, pos, n, head, d_head] for n (W [head, d_model, d_head], b) pairs.
+
+        The n projections run as one matmul over the concatenated weights (Q, K and V together).
+        """
+        Ws, bs = Wb[0::2], Wb[1::2]
+        H, D, E = Ws[0].shape
+        W = torch.cat(Ws, dim=0) if len(Ws) > 1 else Ws[0]  # [n * head, d_model, d_head]
+        b = torch.cat(bs, dim=0) if len(bs) > 1 else bs[0]
+        out = affine(x, W.transpose(0, 1).reshape(D, -1), b.reshape(-1), self.out_mult)
+        return out.view(*x.shape[:-1], len(Ws), H, E)
+
+    def _rotary_tables(self, t: int, dtype: torch.dtype, extra_dims: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [pos, 1 (x extra_dims), 1, d_head] in `dtype` (bf16 under autocast: no promotion of q, k to
+        fp32), to broadcast over [batch, pos, (...,) head, d_head]."""
+        shape = (t,) + (1,) * (extra_dims + 1) + (-1,)
+        return self.rotary_cos[:t].view(shape).to(dtype), self.rotary_sin[:t].view(shape).to(dtype)
 
     def _needs_pattern(self) -> bool:
         return self.hook_pattern.has_hooks() or self.hook_attn_scores.has_hooks()
@@ -195,15 +217,19 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [batch, pos, d_model] -> [batch, pos, d_model]. key_padding_mask [batch, pos] is True at real tokens."""
         b, t, _ = x.shape
-        v = self.hook_v(self._project(x, self.W_V, self.b_V))
         if self.kind in ("mixing", "learned"):
+            v = self.hook_v(self._project(x, self.W_V, self.b_V)[:, :, 0])
             z = self._mix(v, key_padding_mask)
         else:
-            q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
-            k = self.hook_k(self._project(x, self.W_K, self.b_K))
-            if self.rotary:
-                cos, sin = self.rotary_cos[:t], self.rotary_sin[:t]
-                q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            qkv = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
+            if self.rotary and not (self.hook_q.has_hooks() or self.hook_k.has_hooks()):
+                # Queries and keys rotated together, as one [batch, pos, 2, head, d_head] tensor.
+                q, k = apply_rotary(qkv[:, :, :2], *self._rotary_tables(t, qkv.dtype, 1)).unbind(2)
+            else:
+                q, k = self.hook_q(qkv[:, :, 0]), self.hook_k(qkv[:, :, 1])
+                if self.rotary:
+                    q, k = apply_rotary(q, *self._rotary_tables(t, q.dtype)), apply_rotary(k, *self._rotary_tables(t, k.dtype))
+            v = self.hook_v(qkv[:, :, 2])
             q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             z = self._softmax_attention(q, k, v, key_padding_mask)
         z = self.hook_z(z)
@@ -226,11 +252,18 @@ class Attention(nn.Module):
         shaped = self.kind == "shaped"
         # [batch, pos, head, d_head] -> [batch, head, pos, d_head] views for the matmuls.
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if self._needs_pattern() or (q.device.type == "cpu" and t <= MATH_ATTENTION_MAX_LEN):
-            allowed = self._allowed(t, q.device, key_padding_mask)
-            scores = (qh @ kh.transpose(-1, -2)) * self.scale
-            scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
-            pattern = torch.softmax(scores, dim=-1)
+        if self._needs_pattern() or t <= plain_attention_max_len(q.device, q.dtype):
+            allowed = self._allowed(t, q.device, key_padding_mask).transpose(-1, -2)  # [.., key, query]
+            # Scores are computed keys-first, [batch, head, key, query], and handed on as a transposed view:
+            # a softmax over keys then runs along a strided dimension, which PyTorch's CPU kernel vectorises
+            # across queries (short rows are slow along the last dimension: 4x at T = 13).
+            scores_kq = kh @ qh.transpose(-1, -2)
+            mask = torch.zeros(allowed.shape, dtype=scores_kq.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
+            scores = self.hook_attn_scores((scores_kq * self.scale + mask).transpose(-1, -2))
+            if scores.transpose(-1, -2).is_contiguous() and t <= KEYS_FIRST_MAX_LEN:
+                pattern = torch.softmax(scores.transpose(-1, -2), dim=-2).transpose(-1, -2)
+            else:
+                pattern = torch.softmax(scores, dim=-1)
             if shaped:
                 pattern = pattern + self._shaping(t, q.device, key_padding_mask).to(pattern.dtype)
             pattern = self.hook_pattern(pattern)

@@ -338,6 +338,9 @@ def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
     calls = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    import models.transformer as tr
+
+    monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, torch.float32, 8)  # 16 positions: past the plain ops' limit
     model = build_model(tiny_cfg("frozen_qk"))
     tokens = torch.randint(0, 13, (2, 16))
     model(tokens)
@@ -385,19 +388,48 @@ def test_mixit_without_sink_head(tiny_cfg):
         tiny_cfg("mixit", sink_head="no")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("variant", ["standard", "shaped"])
-def test_short_sequences_take_plain_attention_with_the_same_result(variant, tiny_cfg, monkeypatch):
-    """On CPU, sequences up to MATH_ATTENTION_MAX_LEN skip the fused kernel (faster there); same function."""
+def test_short_sequences_take_plain_attention_with_the_same_result(variant, precision, tiny_cfg, monkeypatch):
+    """On CPU, sequences up to MATH_ATTENTION_MAX_LEN[dtype] skip the fused kernel (faster there); same function,
+    in fp32 and under bf16 autocast, forward and backward."""
     import models.transformer as tr
 
     model = build_model(tiny_cfg(variant))
-    tokens = torch.randint(0, 13, (3, tr.MATH_ATTENTION_MAX_LEN))
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    t = min(model.config.n_ctx, tr.MATH_ATTENTION_MAX_LEN[dtype])
+    tokens = torch.randint(0, 13, (3, t), generator=torch.Generator().manual_seed(0))
     calls = []
     real_sdpa = tr.F.scaled_dot_product_attention
     monkeypatch.setattr(tr.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
-    plain = model(tokens)
+
+    def run():
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(tokens, return_type="loss")
+        loss.backward()
+        return loss.detach().float(), model.blocks[0].attn.W_Q.grad.clone()
+
+    plain = run()
     assert not calls
-    monkeypatch.setattr(tr, "MATH_ATTENTION_MAX_LEN", 0)
-    fused = model(tokens)
+    monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, dtype, 0)
+    fused = run()
     assert calls
-    torch.testing.assert_close(plain, fused, rtol=1e-5, atol=1e-5)
+    tol = dict(rtol=2e-2, atol=2e-2) if precision == "bf16" else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(plain[0], fused[0], **tol)
+    torch.testing.assert_close(plain[1], fused[1], **tol)
+
+
+def test_identity_hooks_on_q_and_scores_change_nothing(tiny_cfg):
+    """Unhooked, queries and keys are rotated as one tensor and the softmax runs keys-first; hooks on hook_q
+    or hook_attn_scores (here ones that copy their input into a fresh layout) take the other code paths,
+    which must compute the same function."""
+    model = build_model(tiny_cfg("standard"))
+    tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(0))
+    plain = model(tokens)
+    hooks = [("blocks.0.attn.hook_q", lambda x, hook: x.clone()),
+             ("blocks.1.attn.hook_attn_scores", lambda x, hook: x.contiguous())]
+    for hook in hooks:
+        torch.testing.assert_close(model.run_with_hooks(tokens, fwd_hooks=[hook]), plain, rtol=1e-5, atol=1e-5)
+    zeroed = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_q", lambda x, hook: torch.zeros_like(x))])
+    assert not torch.allclose(zeroed, plain, atol=1e-4)  # and a hook that changes q does take effect
