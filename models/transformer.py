@@ -64,19 +64,22 @@ class RMSNorm(nn.Module):
 
 
 def rotary_tables(n_ctx: int, d_head: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables [n_ctx, d_head] for rotate-half rotary embeddings (Llama convention)."""
+    """cos and signed sin tables [n_ctx, d_head] for rotate-half rotary embeddings (Llama convention).
+
+    The sin table has its first half negated (see apply_rotary)."""
     inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
     angles = torch.outer(torch.arange(n_ctx, dtype=torch.float64), inv_freq)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().float(), angles.sin().float()
+    return torch.cat([angles, angles], dim=-1).cos().float(), torch.cat([-angles, angles], dim=-1).sin().float()
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [..., d_head] by position; cos/sin [.., d_head] broadcast against x (e.g. [pos, 1, d_head]
-    for x [batch, pos, head, d_head])."""
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """Rotate x [..., d_head] by position: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+
+    Computed as x * cos + roll(x, d_head / 2) * sin_signed (rotary_tables' sin, first half negated): one
+    roll instead of a split, a negation and a concatenation. cos/sin_signed broadcast against x; tables
+    already expanded to x's trailing shape (e.g. [pos, head, d_head]) keep the products vectorised.
+    """
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin_signed)
 
 
 def add_bias(module: nn.Module, name: str, *shape: int, trained: bool) -> None:
@@ -133,9 +136,10 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
 
 
 # On CPU, PyTorch's fused SDPA kernel is slower than plain ops (two batched matmuls and a softmax) at the
-# sequence lengths this study trains on, most of all in bf16 (k-hop, T = 34, bf16: 137 ms forward + backward
-# vs 17 ms; benchmarks/bench_kernels.py). The plain path is used up to these lengths; same function either way.
-MATH_ATTENTION_MAX_LEN = {torch.float32: 64, torch.bfloat16: 512}
+# sequence lengths this study trains on, most of all in bf16 (batch 1,000, 4 heads, T = 34: 253 ms forward +
+# backward vs 45 ms; benchmarks/bench_kernels.py). In fp32 the plain ops win up to about 32 positions (0.5-0.9x
+# of the fused time) and lose from 34 on (1.1-1.2x). The plain path is used up to these lengths; same function.
+MATH_ATTENTION_MAX_LEN = {torch.float32: 32, torch.bfloat16: 512}
 KEYS_FIRST_MAX_LEN = 64  # beyond it a softmax along the last dimension is as fast (see Attention._softmax_attention)
 
 
@@ -169,7 +173,7 @@ class Attention(nn.Module):
             if self.rotary:
                 cos, sin = rotary_tables(cfg.n_ctx, E, cfg.rope_base)
                 self.register_buffer("rotary_cos", cos, persistent=False)
-                self.register_buffer("rotary_sin", sin, persistent=False)
+                self.register_buffer("rotary_sin_signed", sin, persistent=False)
         else:
             A, scale = mixing_matrices(cfg, layer)
             if self.kind == "mixing":
@@ -205,11 +209,14 @@ class Attention(nn.Module):
         out = affine(x, W.transpose(0, 1).reshape(D, -1), b.reshape(-1), self.out_mult)
         return out.view(*x.shape[:-1], len(Ws), H, E)
 
-    def _rotary_tables(self, t: int, dtype: torch.dtype, extra_dims: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [pos, 1 (x extra_dims), 1, d_head] in `dtype` (bf16 under autocast: no promotion of q, k to
-        fp32), to broadcast over [batch, pos, (...,) head, d_head]."""
-        shape = (t,) + (1,) * (extra_dims + 1) + (-1,)
-        return self.rotary_cos[:t].view(shape).to(dtype), self.rotary_sin[:t].view(shape).to(dtype)
+    def _rotary_tables(self, t: int, dtype: torch.dtype, *lead: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, signed sin expanded to [pos, *lead, d_head] (lead: (head,) or (2, head) for q and k together)
+        in `dtype`: contiguous tables keep apply_rotary's products vectorised (a [pos, 1, d_head] table
+        broadcast over heads is 3x slower at d_head 4), and bf16 ones do not promote q, k to fp32."""
+        def table(x: torch.Tensor) -> torch.Tensor:
+            x = x[:t].view(t, *(1 for _ in lead), -1)
+            return x.expand(t, *lead, x.shape[-1]).to(dtype).contiguous()
+        return table(self.rotary_cos), table(self.rotary_sin_signed)
 
     def _needs_pattern(self) -> bool:
         return self.hook_pattern.has_hooks() or self.hook_attn_scores.has_hooks()
@@ -221,15 +228,23 @@ class Attention(nn.Module):
             v = self.hook_v(self._project(x, self.W_V, self.b_V)[:, :, 0])
             z = self._mix(v, key_padding_mask)
         else:
-            qkv = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
+            if self.W_Q.requires_grad == self.W_K.requires_grad == self.W_V.requires_grad:
+                qkv = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
+                qk, v = qkv[:, :, :2], qkv[:, :, 2]
+            else:
+                # Frozen and trained weights in separate matmuls, so the backward pass skips the frozen
+                # ones' weight gradients (frozen_qk's saving, finding 7).
+                qk = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K)
+                v = self._project(x, self.W_V, self.b_V)[:, :, 0]
             if self.rotary and not (self.hook_q.has_hooks() or self.hook_k.has_hooks()):
                 # Queries and keys rotated together, as one [batch, pos, 2, head, d_head] tensor.
-                q, k = apply_rotary(qkv[:, :, :2], *self._rotary_tables(t, qkv.dtype, 1)).unbind(2)
+                q, k = apply_rotary(qk, *self._rotary_tables(t, qk.dtype, 2, self.cfg.n_heads)).unbind(2)
             else:
-                q, k = self.hook_q(qkv[:, :, 0]), self.hook_k(qkv[:, :, 1])
+                q, k = self.hook_q(qk[:, :, 0]), self.hook_k(qk[:, :, 1])
                 if self.rotary:
-                    q, k = apply_rotary(q, *self._rotary_tables(t, q.dtype)), apply_rotary(k, *self._rotary_tables(t, k.dtype))
-            v = self.hook_v(qkv[:, :, 2])
+                    q = apply_rotary(q, *self._rotary_tables(t, q.dtype, q.shape[2]))
+                    k = apply_rotary(k, *self._rotary_tables(t, k.dtype, k.shape[2]))
+            v = self.hook_v(v)
             q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             z = self._softmax_attention(q, k, v, key_padding_mask)
         z = self.hook_z(z)

@@ -23,7 +23,7 @@ def _randomize(model, seed: int = 0, scale: float = 0.3) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
-            if name.endswith(("mixing", "mixing_noise_std", "rotary_cos", "rotary_sin")):
+            if name.endswith(("mixing", "mixing_noise_std", "rotary_cos", "rotary_sin_signed")):
                 continue
             leaf = name.rsplit(".", 1)[-1]
             trained = model.config.unembed_bias if leaf in ("b_U", "b_C") else model.config.bias

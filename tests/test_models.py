@@ -433,3 +433,23 @@ def test_identity_hooks_on_q_and_scores_change_nothing(tiny_cfg):
         torch.testing.assert_close(model.run_with_hooks(tokens, fwd_hooks=[hook]), plain, rtol=1e-5, atol=1e-5)
     zeroed = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_q", lambda x, hook: torch.zeros_like(x))])
     assert not torch.allclose(zeroed, plain, atol=1e-4)  # and a hook that changes q does take effect
+
+
+def test_frozen_qk_skips_the_weight_gradients_of_q_and_k(tiny_cfg):
+    """Q, K and V are projected in one matmul, except where Q and K are frozen and V is not: then the
+    backward pass must not compute W_Q's and W_K's weight gradients (frozen_qk's saving, finding 7)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens = torch.randint(0, 13, (4, 16), generator=torch.Generator().manual_seed(0))
+
+    def step_flops(variant):
+        model = build_model(tiny_cfg(variant))
+        with FlopCounterMode(display=False) as counter:
+            model(tokens, return_type="loss").backward()
+        return counter.get_total_flops(), model.config
+
+    standard, cfg = step_flops("standard")
+    frozen_qk, _ = step_flops("frozen_qk")
+    n_tokens = tokens.numel()
+    skipped = cfg.n_layers * 2 * (2 * n_tokens * cfg.d_model * cfg.n_heads * cfg.d_head)  # dW = x^T dY for W_Q, W_K
+    assert standard - frozen_qk == skipped
