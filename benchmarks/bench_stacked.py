@@ -3,6 +3,8 @@ one after another, against the same N stacked (torch.func.stack_module_state) un
 
     python benchmarks/bench_stacked.py                          # mixit and standard, 3 runs, 1 thread
     python benchmarks/bench_stacked.py --variants mixit --runs 4 --threads 2
+    python benchmarks/bench_stacked.py --precision bf16
+    python benchmarks/bench_stacked.py --d-model 16 --seq 3 --batch 512   # the memorization study's shape
 
 Both do the same work per step: each model's forward and backward on its own batch of 128 sequences
 and an AdamW step (over the stacked tensors, which is the same update element by element). The loss is
@@ -26,6 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402
 
 from models import ModelConfig, build_model  # noqa: E402
+from training.trainer import autocast_for  # noqa: E402
 
 HEADS = {"mixit": 16, "standard": 4}  # as in the quick preset's algorithmic studies
 
@@ -36,8 +39,9 @@ def dense_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
     return (ce * weight).sum() / weight.sum()
 
 
-def steps_for(variant: str, runs: int, seq: int, batch: int):
-    models = [build_model(ModelConfig(variant=variant, d_model=64, n_layers=2, n_heads=HEADS.get(variant, 4),
+def steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, precision: str):
+    amp = lambda: autocast_for(torch.device("cpu"), precision)  # noqa: E731
+    models = [build_model(ModelConfig(variant=variant, d_model=d_model, n_layers=2, n_heads=HEADS.get(variant, 4),
                                       n_ctx=seq, d_vocab=16, seed=s)) for s in range(runs)]
     tokens = torch.randint(0, 16, (runs, batch, seq))
     mask = torch.zeros(runs, batch, seq)
@@ -46,7 +50,8 @@ def steps_for(variant: str, runs: int, seq: int, batch: int):
 
     def one_by_one():
         for m, opt, x, w in zip(models, optimizers, tokens, mask):
-            loss = dense_loss(m(x), x, w)
+            with amp():
+                loss = dense_loss(m(x), x, w)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -59,7 +64,8 @@ def steps_for(variant: str, runs: int, seq: int, batch: int):
     loss_of = vmap(lambda p, b, x, w: dense_loss(functional_call(skeleton, (p, b), (x,)), x, w))
 
     def stacked():
-        loss = loss_of(params, buffers, tokens, mask).sum()  # independent runs: each gets its own gradient
+        with amp():
+            loss = loss_of(params, buffers, tokens, mask).sum()  # independent runs: each gets its own gradient
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -74,15 +80,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seq", type=int, default=13, help="13: 3-digit addition")
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{args.runs} runs, d_model 64, 2 layers, batch {args.batch}, seq {args.seq}, {args.threads} thread(s)")
+    print(f"{args.runs} runs, d_model {args.d_model}, 2 layers, batch {args.batch}, seq {args.seq}, {args.precision}, "
+          f"{args.threads} thread(s)")
     print("| variant | one by one (ms/step) | stacked + vmap (ms/step) | stacked speed-up |")
     print("|---|---|---|---|")
     for variant in args.variants:
-        one_by_one, stacked = steps_for(variant, args.runs, args.seq, args.batch)
+        one_by_one, stacked = steps_for(variant, args.runs, args.seq, args.batch, args.d_model, args.precision)
         times: dict[str, list[float]] = {"one": [], "stacked": []}
         for fn in (one_by_one, stacked):
             fn()

@@ -8,7 +8,8 @@ The reference is what a research script would write: nn.Linear projections (q, k
 down), RMSNorm, rotate-half rotary embeddings and scaled_dot_product_attention for `standard`;
 learned positions, the same fixed causal mixing matrices and a LeakyReLU gated MLP for `mixit`. It
 has the same parameter count and FLOPs as ours, but not our hooks. "bf16" wraps the step in
-torch.autocast(bfloat16) for both. FLOPs are counted analytically (matmuls only, backward = 2 x
+torch.autocast(bfloat16) for both. Ours steps with the trainer's optimizer (`build_optimizer`: AdamW's fused
+CPU kernel), the reference with `torch.optim.AdamW`'s defaults, as a research script would. FLOPs are counted analytically (matmuls only, backward = 2 x
 forward). The peak is the best of square matmuls (n = 1024, 2048) in each precision, measured here
 first. Times are medians of `--repeats` blocks of `--steps` steps, the two models alternating. On Linux
 both run with `keep_freed_memory()`, as the trainer does. The last column, "bf16 vs ref fp32", is the
@@ -32,7 +33,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from models import ModelConfig, build_model  # noqa: E402
-from training.trainer import autocast_for, keep_freed_memory  # noqa: E402
+from training.trainer import autocast_for, build_optimizer, keep_freed_memory  # noqa: E402
 
 # name: (d_model, n_layers, n_heads, batch, seq, vocab)
 SHAPES = {
@@ -122,9 +123,13 @@ def matmul_peak(dtype: torch.dtype) -> float:
     return best
 
 
-def make_step(model, loss_fn, tokens, precision: str):
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+def make_step(model, loss_fn, tokens, precision: str, trainers_optimizer: bool):
+    """One training step; ours takes the trainer's AdamW (fused on CPU), the reference AdamW's defaults."""
     device = torch.device("cpu")
+    if trainers_optimizer:
+        opt = build_optimizer(model, 1e-4, 0.0, (0.9, 0.999), device)
+    else:
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
 
     def step():
         with autocast_for(device, precision):
@@ -160,8 +165,8 @@ def main() -> None:
             flops = step_flops(variant, d, layers, h, b, t, vocab)
             ref_fp32 = None
             for precision in ("fp32", "bf16"):
-                steps = {"ours": make_step(ours, lambda x: ours(x, return_type="loss"), tokens, precision),
-                         "ref": make_step(ref, ref, tokens, precision)}
+                steps = {"ours": make_step(ours, lambda x: ours(x, return_type="loss"), tokens, precision, True),
+                         "ref": make_step(ref, ref, tokens, precision, False)}
                 times: dict[str, list[float]] = {"ours": [], "ref": []}
                 for s in steps.values():
                     s()  # warm-up

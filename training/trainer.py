@@ -216,10 +216,26 @@ def keep_freed_memory(keep: bool = True) -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
-    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-    mmap_limit, trim, pad = (32 << 20, 1 << 30, 64 << 20) if keep else (128 << 10, 128 << 10, 128 << 10)
-    return all(mallopt(option, value) for option, value in
-               ((M_MMAP_THRESHOLD, mmap_limit), (M_TRIM_THRESHOLD, trim), (M_TOP_PAD, pad)))
+    option = {"mmap_threshold": -3, "trim_threshold": -1, "top_pad": -2}  # M_MMAP_THRESHOLD, ... in malloc.h
+    values = KEPT_MALLOC_SETTINGS if keep else dict.fromkeys(KEPT_MALLOC_SETTINGS, 128 << 10)
+    return all(mallopt(option[name], value) for name, value in values.items())
+
+
+# glibc malloc settings of keep_freed_memory(), by tunable name (also usable as GLIBC_TUNABLES=glibc.malloc.NAME=...).
+KEPT_MALLOC_SETTINGS = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 64 << 20}
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
+                    device: torch.device) -> torch.optim.AdamW:
+    """The trainer's AdamW: weight decay on trainable matrices only; the fused kernel on CPU (one call per
+    parameter tensor instead of about ten: a tiny model's step 4.5 -> 4.0 ms at width 16, 2 CPU cores),
+    multi-tensor ops on CUDA."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr, betas=betas, foreach=device.type == "cuda", fused=device.type == "cpu",
+    )
 
 
 def autocast_for(device: torch.device, precision: str = "auto"):
@@ -487,14 +503,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     model = build_model(model_cfg).to(device)
     if task.text_tokenizer is not None:
         model.set_tokenizer(task.text_tokenizer)
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=cfg.betas,
-        foreach=device.type == "cuda",
-    )
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
     stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
     eval_batch = task.eval_set(cfg.eval_samples)
 
