@@ -12,6 +12,7 @@ from .common import CLIError, add_executor_options, executor_from_args
 def register(subparsers) -> None:
     from reproduce.preset import preset_names
     from training.trackers import TRACKERS
+    from training.trainer import PRECISIONS
 
     p = subparsers.add_parser(
         "reproduce",
@@ -32,6 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--sentiment-file", nargs="+", default=None, metavar="PATH",
                    help="labelled sentences for sentiment (default: ../shared/data Yelp sentences, else "
                         "1,000 Yelp reviews from the Hub)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="training precision of every run, over the preset's (quick: bf16, which pays on CPUs "
+                        "with fast bf16 matmuls; fp32 elsewhere: see the README's Benchmarks)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--tracker", choices=TRACKERS, default="none",
@@ -47,6 +51,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         preset = load_preset(args.preset)
     except ValueError as e:
         raise CLIError(f"mixit reproduce: error: {e}") from None
+    if args.precision is not None:
+        preset = preset.with_train(precision=args.precision)
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"mixit reproduce: error: --workers={args.workers} must be >= 1")
     executor = executor_from_args(args, args.workers or os.cpu_count() or 1)
@@ -61,7 +67,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in needed}
         runs = preset_runs(preset, text)
         for run, cfg in runs:
-            print(f"{run}  steps={cfg.steps}")
+            print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
         print(f"{len(runs)} runs into {out}")
         return 0
     manifest = reproduce(

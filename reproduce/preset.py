@@ -113,6 +113,13 @@ class Preset:
         """Plain data (JSON-able), as recorded in reproduce.json."""
         return dataclasses.asdict(self)
 
+    def with_train(self, **fields: Any) -> Preset:
+        """A copy in which `fields` (TrainConfig fields) hold for every study, over what the file says,
+        e.g. `preset.with_train(precision="fp32")` for `mixit reproduce --precision fp32`."""
+        _check_train(f"{self.name}: override", fields)
+        studies = {name: dataclasses.replace(s, train={**s.train, **fields}) for name, s in self.studies.items()}
+        return dataclasses.replace(self, train={**self.train, **fields}, studies=studies)
+
     def text_kinds(self) -> set[str]:
         """The corpora ("lm", "sentiment") the studies need."""
         return {s.text for s in self.studies.values() if s.text}

@@ -84,6 +84,26 @@ def test_a_preset_is_typed_data_with_the_file_defaults(tmp_path):
     assert quick.text_kinds() == {"lm", "sentiment"} and all(s.tasks for s in quick.studies.values())
 
 
+def test_precision_over_the_presets_own(tmp_path, capsys):
+    from cli.main import main
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("train: {precision: bf16}\nstudies: {a: {tasks: addition}, b: {tasks: dyck, train: {precision: bf16}}}\n")
+    no_text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
+    preset = load_preset(path)
+    assert {cfg.precision for _, cfg in preset_runs(preset, no_text)} == {"bf16"}
+    fp32 = preset.with_train(precision="fp32")  # a study's own setting is overridden too
+    assert {cfg.precision for _, cfg in preset_runs(fp32, no_text)} == {"fp32"}
+    assert preset.studies["b"].train == {"precision": "bf16"}  # the original is untouched
+    with pytest.raises(ValueError, match=r"unknown keys \['precison'\]"):
+        preset.with_train(precison="fp32")
+    code = main(["reproduce", "--preset", str(path), "--precision", "fp32", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("precision=fp32") == len(preset_runs(preset, no_text)) == 12 and "bf16" not in out
+    quick = load_preset("quick")  # its choice (README, Benchmarks): bf16, but fp32 for the overhead-bound width-16 study
+    assert quick.train["precision"] == "bf16" and quick.studies["memorize"].train["precision"] == "fp32"
+
+
 def test_text_corpus_choice(tmp_path, monkeypatch):
     import reproduce.pipeline as pipeline
 
