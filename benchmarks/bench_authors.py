@@ -29,18 +29,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = {  # name: (d_model, n_layers, n_heads, batch, seq, vocab), as in bench_step.py
-    "algorithmic": (128, 2, 4, 1000, 34, 16),
-    "lm": (256, 4, 8, 32, 128, 512),
-    "quick": (64, 2, 4, 128, 13, 16),
-}
+SHAPE_NAMES = ("algorithmic", "lm", "quick")  # bench_step.SHAPES; the workers get the sizes with each request
 
 
-def build(who: str, shape: str, variant: str, authors_repo: str | None):
-    """(loss function of a token batch, optimizer, token batch) for one model."""
+def build(who: str, shape: tuple[int, ...], variant: str, authors_repo: str | None):
+    """(loss function of a token batch, optimizer, token batch) for one model of
+    shape = (d_model, n_layers, n_heads, batch, seq, vocab)."""
     import torch
 
-    d, layers, heads, batch, seq, vocab = SHAPES[shape]
+    d, layers, heads, batch, seq, vocab = shape
     if who == "authors":
         sys.path.insert(0, authors_repo)
         from modeling_llama import LlamaForCausalLM, MixingLlamaConfig  # their file, from their clone
@@ -73,13 +70,15 @@ def build(who: str, shape: str, variant: str, authors_repo: str | None):
 
 
 def worker(who: str, authors_repo: str | None) -> None:
-    """Answer 'shape variant precision steps' lines on stdin with the mean ms per step."""
+    """Answer 'variant precision steps d_model n_layers n_heads batch seq vocab' lines on stdin with the
+    mean ms per step."""
     import torch
 
     torch.manual_seed(0)
     built = {}
     for line in sys.stdin:
-        shape, variant, precision, steps = line.split()
+        variant, precision, steps, *sizes = line.split()
+        shape = tuple(map(int, sizes))
         if (shape, variant) not in built:
             built[shape, variant] = build(who, shape, variant, authors_repo)
         loss_fn, optimizer, tokens = built[shape, variant]
@@ -102,7 +101,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--authors-repo", required=True, help="a clone of princeton-pli/MixiT (holds modeling_llama.py)")
     p.add_argument("--authors-python", required=True, help="a Python with torch and transformers==4.51.3")
-    p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["algorithmic", "lm"])
+    p.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES, default=["algorithmic", "lm"])
     p.add_argument("--variants", nargs="+", choices=["standard", "mixit"], default=["standard", "mixit"])
     p.add_argument("--steps", type=int, default=3, help="timed steps per block (quick shape: 10x)")
     p.add_argument("--repeats", type=int, default=3, help="blocks per model, alternating")
@@ -114,6 +113,7 @@ def main() -> None:
     if not (Path(args.authors_repo) / "modeling_llama.py").is_file():
         sys.exit(f"--authors-repo {args.authors_repo}: no modeling_llama.py there (clone princeton-pli/MixiT)")
     sys.path.insert(0, str(ROOT))
+    from bench_step import SHAPES  # noqa: E402 (beside this file)
     from training.trainer import KEPT_MALLOC_SETTINGS
 
     # keep_freed_memory()'s settings, from the start of each worker (their interpreter cannot import ours).
@@ -144,9 +144,9 @@ def main() -> None:
             for variant in args.variants:
                 times = {"authors": [], "fp32": [], "bf16": []}
                 for _ in range(args.repeats):
-                    times["authors"].append(ask("authors", shape, variant, "fp32", steps))
+                    times["authors"].append(ask("authors", variant, "fp32", steps, *SHAPES[shape]))
                     for precision in ("fp32", "bf16"):
-                        times[precision].append(ask("ours", shape, variant, precision, steps))
+                        times[precision].append(ask("ours", variant, precision, steps, *SHAPES[shape]))
                 a, f, b = (statistics.median(times[k]) for k in ("authors", "fp32", "bf16"))
                 print(f"{shape:<12} {variant:<9} {a:13.1f} {f:10.1f} {a / f:8.2f}x {b:10.1f} {a / b:8.2f}x", flush=True)
     finally:

@@ -199,6 +199,10 @@ def cpu_has_bf16() -> bool:
         return False
 
 
+# glibc malloc settings of keep_freed_memory(), by tunable name (also usable as GLIBC_TUNABLES=glibc.malloc.NAME=...).
+KEPT_MALLOC_SETTINGS = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 64 << 20}
+
+
 def keep_freed_memory(keep: bool = True) -> bool:
     """Let glibc's malloc keep freed blocks (up to 32 MB each) for reuse instead of giving them back.
 
@@ -219,10 +223,6 @@ def keep_freed_memory(keep: bool = True) -> bool:
     option = {"mmap_threshold": -3, "trim_threshold": -1, "top_pad": -2}  # M_MMAP_THRESHOLD, ... in malloc.h
     values = KEPT_MALLOC_SETTINGS if keep else dict.fromkeys(KEPT_MALLOC_SETTINGS, 128 << 10)
     return all(mallopt(option[name], value) for name, value in values.items())
-
-
-# glibc malloc settings of keep_freed_memory(), by tunable name (also usable as GLIBC_TUNABLES=glibc.malloc.NAME=...).
-KEPT_MALLOC_SETTINGS = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 64 << 20}
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
