@@ -76,6 +76,41 @@ def test_two_processes_train_the_same_run_as_one(two_process_run, tmp_path):
     assert summary["status"] == "finished" and summary["processes"] == 2
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a process and all its descendants, and wait until every one is dead.
+
+    torchrun starts each worker in a session of its own, so killing torchrun's process group misses
+    them: left alive, they go on training (or clean up) while the test copies and resumes the run.
+    """
+    def parent_of(pid: str) -> int | None:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    tree, frontier = [proc.pid], {proc.pid} if Path("/proc").is_dir() else set()  # no /proc: the group only
+    while frontier:  # found before any is killed: an orphan's parent becomes init
+        children = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_of(p) in frontier]
+        tree += children
+        frontier = set(children)
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in tree[1:]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_a_killed_two_process_run_resumes_to_the_same_weights(two_process_run, tmp_path):
     killed = tmp_path / "killed"
     proc = mixit_train("--nproc", "2", "--out", str(killed), start_new_session=True)
@@ -86,8 +121,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(two_process_run, t
             break
         time.sleep(0.02)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
-    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers, no cleanup
-    proc.wait()
+    kill_tree(proc)  # torchrun and both workers, no cleanup
     assert not (killed / "summary.json").exists()  # it really stopped mid-way
     step = json.loads(state.read_text())["step"]
     assert 20 <= step < STEPS
