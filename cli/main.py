@@ -272,6 +272,7 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     # torchrun's default is one thread per process; share this machine's cores instead (and keep it quiet)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a worker killed by a native crash prints where its Python was
     return subprocess.run(torchrun_command(args.nproc, ["cli", *argv]), env=env).returncode
 
 

@@ -445,7 +445,11 @@ def train(
         ranks.rows(cfg.batch_size)  # the global batch splits evenly over the processes
         ranks.barrier()  # every rank has read the directory before rank 0 writes to it
         with run_lock(out) if ranks.main else nullcontext():  # one writer per run directory; RunLocked names the other
-            return _train(cfg, out, resume, progress and ranks.main, argv, tracker, device, ranks)
+            summary = _train(cfg, out, resume, progress and ranks.main, argv, tracker, device, ranks)
+        # the ranks leave together: no rank tears its side of the group down while rank 0 still evaluates and
+        # writes the last checkpoint
+        ranks.barrier()
+        return summary
     finally:
         ranks.stop()
 
