@@ -8,8 +8,9 @@
    benchmarks/bench_step.py; q, k and v are views of one [batch, pos, 3, head, d_head] projection, as in
    the model. "plain" takes the softmax along the last dimension, "keys-first" computes the scores as
    [batch, head, key, query] and takes it along dimension -2, as the model does up to
-   `KEYS_FIRST_MAX_LEN` positions. The model takes the plain ops on CPU up to
-   `MATH_ATTENTION_MAX_LEN[dtype]` positions.
+   `KEYS_FIRST_MAX_LEN` positions; "keys-outer" copies them to [key, batch, head, query] and takes it
+   along dimension 0 (vectorised over everything else; measured, not used by the model: see the README).
+   The model takes the plain ops on CPU up to `MATH_ATTENTION_MAX_LEN[dtype]` positions.
 2. Memory: one training step of a quick-preset k-hop model with glibc malloc's default thresholds vs
    `keep_freed_memory()`, with the minor page faults per step.
 
@@ -60,6 +61,12 @@ def keys_first(q, k, v, scale):
     return torch.softmax(scores_kq, dim=-2).transpose(-1, -2) @ v
 
 
+def keys_outer(q, k, v, scale):
+    scores = torch.add(causal_bias(q.shape[-2], q.dtype).T[:, None, None, :],
+                       (k @ q.transpose(-1, -2)).permute(2, 0, 1, 3).contiguous(), alpha=scale)
+    return torch.softmax(scores, dim=0).permute(1, 2, 3, 0) @ v
+
+
 def alternate(fns: dict, repeats: int) -> dict[str, float]:
     """Median seconds per block for each callable, blocks alternating; one warm-up round first."""
     times = {name: [] for name in fns}
@@ -77,7 +84,7 @@ def attention_table(repeats: int, calls: int) -> None:
     print(f"attention, forward + backward, ms per call (plain ops used up to: {limits} positions; "
           f"keys-first up to {KEYS_FIRST_MAX_LEN})")
     print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'fused sdpa':>11} {'plain':>8} {'keys-first':>11} "
-          f"{'best/fused':>11}")
+          f"{'best/fused':>11} {'keys-outer':>11} {'outer/first':>12}")
     for B, H, T, E in ATTENTION_SHAPES:
         for dtype in (torch.float32, torch.bfloat16):
             qkv = torch.randn(B, T, 3, H, E, dtype=dtype, requires_grad=True)
@@ -91,11 +98,13 @@ def attention_table(repeats: int, calls: int) -> None:
                         fn(q, k, v, E**-0.5).backward(grad)
                 return run
 
-            med = alternate({"fused": block(fused), "plain": block(plain), "keys-first": block(keys_first)}, repeats)
+            med = alternate({"fused": block(fused), "plain": block(plain), "keys-first": block(keys_first),
+                             "keys-outer": block(keys_outer)}, repeats)
             ms = {name: sec / reps * 1e3 for name, sec in med.items()}
             best = min(ms["plain"], ms["keys-first"])
             print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['fused']:>11.2f} "
-                  f"{ms['plain']:>8.2f} {ms['keys-first']:>11.2f} {best / ms['fused']:>11.2f}")
+                  f"{ms['plain']:>8.2f} {ms['keys-first']:>11.2f} {best / ms['fused']:>11.2f} "
+                  f"{ms['keys-outer']:>11.2f} {ms['keys-outer'] / ms['keys-first']:>12.2f}")
 
 
 def memory_table(repeats: int, steps: int) -> None:
