@@ -220,12 +220,15 @@ class Attention(nn.Module):
     def _needs_pattern(self) -> bool:
         return self.hook_pattern.has_hooks() or self.hook_attn_scores.has_hooks()
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [batch, pos, d_model] -> [batch, pos, d_model]. key_padding_mask [batch, pos] is True at real tokens."""
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """x [batch, pos, d_model] -> [batch, pos - start, d_model]. key_padding_mask [batch, pos] is True at real tokens.
+
+        With start > 0 only the queries at positions start.. are computed (every position is still a key).
+        """
         b, t, _ = x.shape
         if self.kind in ("mixing", "learned"):
             v = self.hook_v(self._project(x, self.W_V, self.b_V)[:, :, 0])
-            z = self._mix(v, key_padding_mask)
+            z = self._mix(v, key_padding_mask, start)
         else:
             if self.W_Q.requires_grad == self.W_K.requires_grad == self.W_V.requires_grad:
                 qkv = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
@@ -245,29 +248,31 @@ class Attention(nn.Module):
                     q, k = apply_rotary(q, cos[:, 0], sin[:, 0]), apply_rotary(k, cos[:, 1], sin[:, 1])
             v = self.hook_v(v)
             q, k = self.hook_rot_q(q), self.hook_rot_k(k)
-            z = self._softmax_attention(q, k, v, key_padding_mask)
+            z = self._softmax_attention(q[:, start:], k, v, key_padding_mask)
         z = self.hook_z(z)
-        return affine(z.reshape(b, t, -1), self.W_O.reshape(-1, self.W_O.shape[-1]), self.b_O, self.out_mult)
+        return affine(z.reshape(b, t - start, -1), self.W_O.reshape(-1, self.W_O.shape[-1]), self.b_O, self.out_mult)
 
-    def _allowed(self, t: int, device: torch.device, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
-        """Boolean [batch or 1, 1, q, k] mask of the key positions each query may see."""
+    def _allowed(self, t: int, device: torch.device, key_padding_mask: torch.Tensor | None, start: int = 0) -> torch.Tensor:
+        """Boolean [batch or 1, 1, q, k] mask of the key positions each query (positions start..t-1) may see."""
         allowed = torch.ones(t, t, dtype=torch.bool, device=device)
         if self.cfg.causal:
             allowed = allowed.tril()
-        allowed = allowed[None, None]
+        allowed = allowed[None, None, start:]
         if key_padding_mask is not None:
             # A query always sees itself, so no row is empty (padded queries are ignored downstream).
-            eye = torch.eye(t, dtype=torch.bool, device=device)
+            eye = torch.eye(t, dtype=torch.bool, device=device)[start:]
             allowed = (allowed & key_padding_mask[:, None, None, :].bool()) | eye
         return allowed
 
     def _softmax_attention(self, q, k, v, key_padding_mask) -> torch.Tensor:
-        b, t, h, e = q.shape
+        """q [batch, query_pos, head, d_head] (the last query_pos of the pos positions), k, v [batch, pos, head, d_head]
+        -> z [batch, query_pos, head, d_head]."""
+        t, start = k.shape[1], k.shape[1] - q.shape[1]
         shaped = self.kind == "shaped"
         # [batch, pos, head, d_head] -> [batch, head, pos, d_head] views for the matmuls.
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self._needs_pattern() or t <= plain_attention_max_len(q.device, q.dtype):
-            allowed = self._allowed(t, q.device, key_padding_mask).transpose(-1, -2)  # [.., key, query]
+            allowed = self._allowed(t, q.device, key_padding_mask, start).transpose(-1, -2)  # [.., key, query]
             # Scores are computed keys-first, [batch, head, key, query], and handed on as a transposed view:
             # a softmax over keys then runs along a strided dimension, which PyTorch's CPU kernel vectorises
             # across queries (short rows are slow along the last dimension: 4x at T = 13).
@@ -279,23 +284,25 @@ class Attention(nn.Module):
             else:
                 pattern = torch.softmax(scores, dim=-1)
             if shaped:
-                pattern = pattern + self._shaping(t, q.device, key_padding_mask).to(pattern.dtype)
+                pattern = pattern + self._shaping(t, q.device, key_padding_mask, start).to(pattern.dtype)
             pattern = self.hook_pattern(pattern)
             zh = pattern @ vh
         else:
-            mask = None if key_padding_mask is None else self._allowed(t, q.device, key_padding_mask)
+            # SDPA's is_causal aligns a shorter query block top-left, so queries from `start` on get an explicit mask.
+            explicit = key_padding_mask is not None or (start > 0 and self.cfg.causal)
+            mask = self._allowed(t, q.device, key_padding_mask, start) if explicit else None
             is_causal = self.cfg.causal and mask is None
             zh = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=is_causal, scale=self.scale)
             if shaped:
                 # (I - C) V without forming the matrices: V minus the (causal) running mean of V.
-                zh = zh + self._shaping(t, q.device, key_padding_mask).to(vh.dtype) @ vh
+                zh = zh + self._shaping(t, q.device, key_padding_mask, start).to(vh.dtype) @ vh
         return zh.transpose(1, 2)
 
-    def _shaping(self, t: int, device, key_padding_mask) -> torch.Tensor:
-        """I - C for shaped attention, C the uniform average over each row's allowed keys."""
-        allowed = self._allowed(t, device, key_padding_mask).float()
+    def _shaping(self, t: int, device, key_padding_mask, start: int = 0) -> torch.Tensor:
+        """I - C for shaped attention (rows start..t-1), C the uniform average over each row's allowed keys."""
+        allowed = self._allowed(t, device, key_padding_mask, start).float()
         C = allowed / allowed.sum(-1, keepdim=True).clamp_min(1.0)
-        return torch.eye(t, device=device) - C
+        return torch.eye(t, device=device)[start:] - C
 
     def mixing_pattern(self, t: int, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The input-independent pattern for sequences of length t: [head, t, t] ([batch, head, t, t] with
@@ -316,8 +323,8 @@ class Attention(nn.Module):
         A = eye + (noise - row_mean) * allowed
         return A[0] if key_padding_mask is None else A
 
-    def _mix(self, v: torch.Tensor, key_padding_mask) -> torch.Tensor:
-        A = self.mixing_pattern(v.shape[1], key_padding_mask).to(v.dtype)
+    def _mix(self, v: torch.Tensor, key_padding_mask, start: int = 0) -> torch.Tensor:
+        A = self.mixing_pattern(v.shape[1], key_padding_mask)[..., start:, :].to(v.dtype)
         if self.hook_pattern.has_hooks():
             A = self.hook_pattern(A.expand(v.shape[0], -1, -1, -1))
         return (A @ v.transpose(1, 2)).transpose(1, 2)
@@ -398,10 +405,12 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, resid: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, resid: torch.Tensor, key_padding_mask: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """resid [batch, pos, d_model] -> [batch, pos - start, d_model]: with start > 0 the block's output only at
+        positions start.. (the earlier ones still serve as keys)."""
         resid = self.hook_resid_pre(resid)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_padding_mask))
-        resid = self.hook_resid_mid(self._residual(resid, attn_out))
+        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_padding_mask, start))
+        resid = self.hook_resid_mid(self._residual(resid[:, start:], attn_out))
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid)))
         return self.hook_resid_post(self._residual(resid, mlp_out))
 
@@ -540,6 +549,8 @@ class Transformer(HookedRootModule):
         tokens: torch.Tensor | str | list[str],
         return_type: Literal["logits", "loss", "both"] | None = "logits",
         attention_mask: torch.Tensor | None = None,
+        *,
+        from_pos: int = 0,
     ):
         """tokens int64 [batch, pos] -> logits [batch, pos, d_vocab].
 
@@ -548,6 +559,9 @@ class Transformer(HookedRootModule):
         attention_mask [batch, pos] (1 = real token) masks padded keys out of attention.
         A model with a tokenizer also takes text (a string or a list, tokenized by `to_tokens`).
         A classifier (n_classes set) returns class logits [batch, n_classes], as `classify`.
+        from_pos > 0 computes the output only at positions from_pos.. ([batch, pos - from_pos, ...]; not with
+        "loss"/"both"): the last block skips the earlier positions' queries and MLP, which every position
+        still serves as keys and values for. The trainer uses it when its loss reads late positions only.
         """
         tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)
         if self.config.n_classes is not None and return_type is not None:
@@ -557,7 +571,9 @@ class Transformer(HookedRootModule):
                     "use model.classify(tokens, attention_mask) and a cross-entropy on the labels"
                 )
             return self.classify(tokens, attention_mask)
-        resid = self.residual_stream(tokens, attention_mask)
+        if from_pos and return_type not in ("logits", None):
+            raise ValueError(f"from_pos={from_pos} needs return_type 'logits' or None: the loss reads every position")
+        resid = self.residual_stream(tokens, attention_mask, from_pos)
         if return_type is None:
             return resid
         logits = self.unembed(resid)
@@ -581,8 +597,9 @@ class Transformer(HookedRootModule):
         tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)
         return self.classifier(self.residual_stream(tokens, attention_mask), attention_mask)
 
-    def residual_stream(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Final normalized residual stream [batch, pos, d_model]."""
+    def residual_stream(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                        from_pos: int = 0) -> torch.Tensor:
+        """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward)."""
         if tokens.ndim == 1:
             tokens = tokens[None]
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
@@ -591,11 +608,13 @@ class Transformer(HookedRootModule):
             )
         if tokens.shape[1] > self.config.n_ctx:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx={self.config.n_ctx}")
+        if not (isinstance(from_pos, int) and 0 <= from_pos < tokens.shape[1]):
+            raise ValueError(f"from_pos={from_pos!r} must be an integer in [0, {tokens.shape[1] - 1}] for {tokens.shape[1]} positions")
         resid = self.hook_embed(self.embed(tokens))
         if hasattr(self, "pos_embed"):
             resid = resid + self.hook_pos_embed(self.pos_embed(tokens))
-        for block in self.blocks:
-            resid = block(resid, attention_mask)
+        for layer, block in enumerate(self.blocks):
+            resid = block(resid, attention_mask, from_pos if layer == self.config.n_layers - 1 else 0)
         return self.ln_final(resid)
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):

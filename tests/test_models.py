@@ -453,3 +453,44 @@ def test_frozen_qk_skips_the_weight_gradients_of_q_and_k(tiny_cfg):
     n_tokens = tokens.numel()
     skipped = cfg.n_layers * 2 * (2 * n_tokens * cfg.d_model * cfg.n_heads * cfg.d_head)  # dW = x^T dY for W_Q, W_K
     assert standard - frozen_qk == skipped
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("variant", ALL + ["learned"])
+def test_from_pos_gives_the_later_positions_of_the_full_output(variant, causal, fused, tiny_cfg, monkeypatch):
+    """model(tokens, from_pos=p) equals model(tokens)[:, p:], with and without padding, through the plain and
+    the fused attention paths, and so do the gradients it sends back (the trainer's losses rely on it)."""
+    import models.transformer as tr
+
+    if fused:
+        monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, torch.float32, 0)
+    extra = {"attention": ("learned",)} if variant == "learned" else {}
+    model = build_model(tiny_cfg("standard" if variant == "learned" else variant, causal=causal, init_std=0.2, **extra))
+    tokens = torch.randint(0, 13, (3, 16), generator=torch.Generator().manual_seed(0))
+    padding = torch.ones(3, 16, dtype=torch.bool)
+    padding[1, 12:] = False
+    for mask in (None, padding):
+        full = model(tokens, attention_mask=mask)
+        for p in (1, 5, 15):
+            part = model(tokens, attention_mask=mask, from_pos=p)
+            assert part.shape == (3, 16 - p, 13)
+            # shaped models' logits are width-scaled: absolute tolerance relative to their size
+            torch.testing.assert_close(part, full[:, p:], rtol=1e-4, atol=1e-5 * max(1.0, full.abs().max().item()))
+    # Gradients in fp64, where rounding is out of the way (shaped models' reach 1e4 here).
+    model = model.to(torch.float64)
+    weights = [w for w in model.parameters() if w.requires_grad]
+    grads_full = torch.autograd.grad(model(tokens)[:, 7:].square().sum(), weights)
+    grads_part = torch.autograd.grad(model(tokens, from_pos=7).square().sum(), weights)
+    for a, b in zip(grads_full, grads_part):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * max(1.0, a.abs().max().item()))
+
+
+def test_from_pos_out_of_range_or_with_a_loss_is_rejected(tiny_cfg):
+    model = build_model(tiny_cfg())
+    tokens = torch.zeros(2, 6, dtype=torch.long)
+    for bad in (-1, 6, 2.0):
+        with pytest.raises(ValueError, match=rf"from_pos={bad!r} must be an integer in \[0, 5\]"):
+            model(tokens, from_pos=bad)
+    with pytest.raises(ValueError, match="from_pos=2 needs return_type 'logits' or None"):
+        model(tokens, return_type="loss", from_pos=2)

@@ -285,3 +285,36 @@ def test_model_option_sets_model_fields_and_refuses_bad_ones(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert said in err and "\n" not in err
         assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name, params", [("memorize", {"n": 6, "d": 2}), ("addition", {"digits": 2}),
+                                          ("retrieval", {"pairs": 3, "num_values": 8}), ("dyck", {"max_pairs": 4})])
+def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, causal, monkeypatch):
+    """The loss's logits and targets are those of the full forward pass, while the model runs on positions up to
+    the last that predicts a scored token (causal models) and its last block from the first such position."""
+    from models import ModelConfig, build_model
+    from training.tasks import get_task
+
+    task = get_task(name, **params)
+    tokens, mask = task.sample(32, torch.Generator().manual_seed(0))[:2]
+    model = build_model(ModelConfig(d_model=32, n_layers=2, n_heads=4, n_ctx=task.seq_len, d_vocab=task.d_vocab,
+                                    causal=causal, init_std=0.2))
+    resid = model(tokens, return_type=None)[:, :-1]
+    predict = mask[:, 1:]
+    want_logits, want_targets = model.unembed(resid[predict]), tokens[:, 1:][predict]
+
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda t, *a, **k: calls.append((t.shape[1], k.get("from_pos", 0))) or forward(t, *a, **k))
+    logits, targets = trainer_mod.masked_logits(model, tokens, mask)
+    assert torch.equal(targets, want_targets)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
+    scored = predict.any(0).nonzero().flatten()
+    assert calls == [(int(scored[-1]) + 1 if causal else task.seq_len, int(scored[0]))]
+    assert calls[0][1] > 0  # every task here scores only later positions
+    # With a hook attached (an ablation, say) the model runs on every position, as the hook expects.
+    calls.clear()
+    with model.hooks(fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: z)]):
+        trainer_mod.masked_logits(model, tokens, mask)
+    assert calls == [(task.seq_len, 0)]

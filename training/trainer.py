@@ -34,7 +34,7 @@ from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
 from models.files import recover_directory, remove_leftovers
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
-from models.transformer import derive_seed
+from models.transformer import Transformer, derive_seed
 
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
@@ -250,12 +250,34 @@ def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torc
     """Logits at the positions that predict scored tokens, and those targets.
 
     Position t-1 predicts token t; only rows of the residual stream that predict a scored
-    token go through the unembedding, which is most of the cost saved on small tasks.
+    token go through the unembedding, which is most of the cost saved on small tasks. A
+    `Transformer` runs on the positions up to the last that predicts a scored token (in a causal
+    model later ones never reach it), and its last block from the first such position on
+    (`from_pos`): memorization's 3-token rows, scored at the end, need 2 positions and the last
+    block at 1. With hooks attached (ablations, patching) it runs on every position, as they expect.
     """
-    resid = model(tokens, return_type=None)[:, :-1]
     predict = mask[:, 1:]
+    span = _scored_span(model, predict)
+    if span is None:
+        resid = model(tokens, return_type=None)[:, :-1]
+        return model.unembed(resid[predict]).float(), tokens[:, 1:][predict]
+    first, last = span
+    end = last + 1 if model.config.causal else tokens.shape[1]
+    resid = model(tokens[:, :end], return_type=None, from_pos=first)[:, : last + 1 - first]
+    predict = predict[:, first : last + 1]
     logits = model.unembed(resid[predict]).float()
-    return logits, tokens[:, 1:][predict]
+    return logits, tokens[:, first + 1 : last + 2][predict]
+
+
+def _scored_span(model, predict: torch.Tensor) -> tuple[int, int] | None:
+    """First and last position that predicts a scored token, if `model` is a hook-free `Transformer`
+    (possibly compiled) and some token is scored; else None (run every position)."""
+    if not isinstance(getattr(model, "_orig_mod", model), Transformer):
+        return None
+    if any(point._forward_hooks for point in model.hook_dict.values()):
+        return None
+    scored = predict.any(0).nonzero()
+    return (int(scored[0]), int(scored[-1])) if len(scored) else None
 
 
 def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
