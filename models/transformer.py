@@ -570,6 +570,8 @@ class Transformer(HookedRootModule):
                     f"return_type={return_type!r}: a classifier has no next-token loss; "
                     "use model.classify(tokens, attention_mask) and a cross-entropy on the labels"
                 )
+            if from_pos:
+                raise ValueError(f"from_pos={from_pos}: a classifier's logits pool the whole sequence; pass return_type=None")
             return self.classify(tokens, attention_mask)
         if from_pos and return_type not in ("logits", None):
             raise ValueError(f"from_pos={from_pos} needs return_type 'logits' or None: the loss reads every position")

@@ -494,3 +494,7 @@ def test_from_pos_out_of_range_or_with_a_loss_is_rejected(tiny_cfg):
             model(tokens, from_pos=bad)
     with pytest.raises(ValueError, match="from_pos=2 needs return_type 'logits' or None"):
         model(tokens, return_type="loss", from_pos=2)
+    classifier = build_model(tiny_cfg(n_classes=2))
+    with pytest.raises(ValueError, match="from_pos=2: a classifier's logits pool the whole sequence"):
+        classifier(tokens, from_pos=2)
+    assert classifier(tokens, return_type=None, from_pos=2).shape == (2, 4, 32)
