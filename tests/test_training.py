@@ -163,9 +163,15 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
 
 
 def test_run_directory_records_provenance_and_metrics(tmp_path):
-    train(TrainConfig(**TINY, steps=20), tmp_path / "run", progress=False, argv=["mixit", "train", "--x"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(TrainConfig(**TINY, steps=20), tmp_path / "run", progress=False, argv=["mixit", "train", "--x"])
+    finally:
+        torch.set_num_threads(threads)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["command"] == "mixit train --x"
+    assert run["torch_threads"] == 1  # CPU sums split by thread: part of what reproduces a run
     assert run["versions"]["torch"] == torch.__version__
     assert "git_commit" in run and run["model"]["n_ctx"] > 0 and run["train"]["steps"] == 20
     metrics = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -357,7 +357,11 @@ def evaluate(
 
 
 def provenance(argv: list[str] | None = None) -> dict[str, Any]:
-    """Command line, git commit and library versions, recorded in every run directory."""
+    """Command line, git commit, library versions and torch's CPU thread count, recorded in every run directory.
+
+    The thread count is there because it changes how CPU kernels split their sums: the same config and
+    seed give the same numbers on the same machine at the same thread count, float-rounding-different
+    ones at another."""
     import numpy
     import transformer_lens
 
@@ -393,6 +397,7 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
             "numpy": numpy.__version__,
         },
         "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
     }
 
 
