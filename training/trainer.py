@@ -270,11 +270,12 @@ def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torc
 
 
 def _scored_span(model, predict: torch.Tensor) -> tuple[int, int] | None:
-    """First and last position that predicts a scored token, if `model` is a hook-free `Transformer`
-    (possibly compiled) and some token is scored; else None (run every position)."""
+    """First and last position that predicts a scored token, if `model` is a `Transformer`
+    (possibly compiled) with no TransformerLens hook attached, forward or backward, and some token is
+    scored; else None (run every position)."""
     if not isinstance(getattr(model, "_orig_mod", model), Transformer):
         return None
-    if any(point._forward_hooks for point in model.hook_dict.values()):
+    if any(point.has_hooks() for point in model.hook_dict.values()):
         return None
     scored = predict.any(0).nonzero()
     return (int(scored[0]), int(scored[-1])) if len(scored) else None
