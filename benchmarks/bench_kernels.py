@@ -1,4 +1,4 @@
-"""Two CPU choices of the training step, measured side by side in one process.
+"""Three CPU choices of the training step, measured side by side in one process.
 
     python benchmarks/bench_kernels.py                 # 1 thread, as each worker of a sweep
     python benchmarks/bench_kernels.py --threads 2 --repeats 8
@@ -6,16 +6,19 @@
 1. Attention: fused `scaled_dot_product_attention` vs the plain ops (q k^T, masked softmax, @ v), forward
    and backward, in fp32 and bf16, at the quick preset's attention shapes and the two of
    benchmarks/bench_step.py; q, k and v are views of one [batch, pos, 3, head, d_head] projection, as in
-   the model. "plain" takes the softmax along the last dimension, "keys-first" computes the scores as
-   [batch, head, key, query] and takes it along dimension -2, as the model does up to
-   `KEYS_FIRST_MAX_LEN` positions; "keys-outer" copies them to [key, batch, head, query] and takes it
-   along dimension 0 (vectorised over everything else; measured, not used by the model: see the README).
-   The model takes the plain ops on CPU up to `MATH_ATTENTION_MAX_LEN[dtype]` positions.
-2. Memory: one training step of a quick-preset k-hop model with glibc malloc's default thresholds vs
+   the model. "plain" takes the softmax along the last dimension; "keys-first" computes the scores as
+   [batch, head, key, query] and takes it along dimension -2; "keys-outer" copies them to
+   [key, batch, head, query] and takes it along dimension 0 (vectorised over everything else). The model
+   takes the plain ops on CPU up to `MATH_ATTENTION_MAX_LEN[dtype]` positions, keys-outer up to
+   `KEYS_OUTER_MAX_LEN`, keys-first up to `KEYS_FIRST_MAX_LEN`.
+2. MixiT's mixing, forward and backward: each head's fixed [query, key] matrix broadcast over the batch
+   (batch x head tiny matmuls) vs one matmul per head with the values laid out [head, key, batch * d_head],
+   which the model uses up to `MIX_PER_HEAD_MAX_D_HEAD`.
+3. Memory: one training step of a quick-preset k-hop model with glibc malloc's default thresholds vs
    `keep_freed_memory()`, with the minor page faults per step, in a process of its own (a fresh allocator).
 
-Blocks of steps alternate between the two choices and the median block is reported: on a shared
-machine, only alternating measurements are comparable.
+Blocks of steps alternate between the choices and the median block is reported: on a shared machine,
+only alternating measurements are comparable.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models.transformer import KEYS_FIRST_MAX_LEN, MATH_ATTENTION_MAX_LEN  # noqa: E402
+from models.transformer import (  # noqa: E402
+    KEYS_FIRST_MAX_LEN, KEYS_OUTER_MAX_LEN, MATH_ATTENTION_MAX_LEN, MIX_PER_HEAD_MAX_D_HEAD)
 from training.tasks import TrainStream  # noqa: E402
 from training.trainer import TrainConfig, keep_freed_memory, task_loss  # noqa: E402
 from models import build_model  # noqa: E402
@@ -81,9 +85,11 @@ def alternate(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def attention_table(repeats: int, calls: int) -> None:
-    limits = ", ".join(f"{str(k).removeprefix('torch.')} {v}" for k, v in MATH_ATTENTION_MAX_LEN.items())
-    print(f"attention, forward + backward, ms per call (plain ops used up to: {limits} positions; "
-          f"keys-first up to {KEYS_FIRST_MAX_LEN})")
+    def limits(table):
+        return ", ".join(f"{str(k).removeprefix('torch.')} {v}" for k, v in table.items())
+
+    print(f"attention, forward + backward, ms per call (plain ops up to {limits(MATH_ATTENTION_MAX_LEN)} positions; "
+          f"keys-outer up to {KEYS_OUTER_MAX_LEN}; keys-first up to {KEYS_FIRST_MAX_LEN})")
     print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'fused sdpa':>11} {'plain':>8} {'keys-first':>11} "
           f"{'best/fused':>11} {'keys-outer':>11} {'outer/first':>12}")
     for B, H, T, E in ATTENTION_SHAPES:
@@ -102,10 +108,48 @@ def attention_table(repeats: int, calls: int) -> None:
             med = alternate({"fused": block(fused), "plain": block(plain), "keys-first": block(keys_first),
                              "keys-outer": block(keys_outer)}, repeats)
             ms = {name: sec / reps * 1e3 for name, sec in med.items()}
-            best = min(ms["plain"], ms["keys-first"])
+            best = min(ms["plain"], ms["keys-first"], ms["keys-outer"])
             print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['fused']:>11.2f} "
                   f"{ms['plain']:>8.2f} {ms['keys-first']:>11.2f} {best / ms['fused']:>11.2f} "
                   f"{ms['keys-outer']:>11.2f} {ms['keys-outer'] / ms['keys-first']:>12.2f}")
+
+
+# (batch, heads, positions, d_head) of the quick preset's MixiT runs: memorization, 3-digit addition and depth
+# (16 heads of width 4), retrieval, k-hop, the LM study; bench_step.py's algorithmic shape.
+MIXING_SHAPES = [(512, 4, 2, 4), (128, 16, 13, 4), (128, 16, 9, 4), (128, 4, 19, 16), (128, 16, 33, 4),
+                 (32, 4, 64, 32), (1000, 4, 34, 32)]
+
+
+def mix_broadcast(A, v):
+    return (A @ v.transpose(1, 2)).transpose(1, 2)
+
+
+def mix_per_head(A, v):
+    b, t, h, e = v.shape
+    return (A @ v.permute(2, 1, 0, 3).reshape(h, t, b * e)).view(h, t, b, e).permute(2, 1, 0, 3)
+
+
+def mixing_table(repeats: int, calls: int) -> None:
+    print("MixiT mixing, forward + backward (and the output projection's input copy), ms per call "
+          f"(per head used up to d_head {MIX_PER_HEAD_MAX_D_HEAD})")
+    print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'broadcast':>10} {'per head':>9} {'per head/broadcast':>19}")
+    for B, H, T, E in MIXING_SHAPES:
+        for dtype in (torch.float32, torch.bfloat16):
+            A = torch.randn(H, T, T, dtype=dtype).tril()
+            v = torch.randn(B, T, H, E, dtype=dtype, requires_grad=True)
+            grad = torch.randn(B, T, H * E, dtype=dtype)
+            reps = max(1, calls * 128 * 64 // (B * T * max(T, 16)))
+
+            def block(fn):
+                def run():
+                    for _ in range(reps):
+                        fn(A, v).reshape(B, T, H * E).backward(grad)
+                return run
+
+            med = alternate({"broadcast": block(mix_broadcast), "per head": block(mix_per_head)}, repeats)
+            ms = {name: sec / reps * 1e3 for name, sec in med.items()}
+            print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['broadcast']:>10.2f} "
+                  f"{ms['per head']:>9.2f} {ms['per head'] / ms['broadcast']:>19.2f}")
 
 
 def memory_table(repeats: int, steps: int) -> None:
@@ -150,6 +194,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.threads} thread(s)\n")
     if not args.memory_only:
         attention_table(args.repeats, 2 * args.steps)
+        print()
+        mixing_table(args.repeats, 2 * args.steps)
         # The allocator comparison needs a fresh process: after the attention table's large tensors have come
         # and gone, glibc's defaults no longer hand the step's buffers back (0 page faults either way).
         print(flush=True)

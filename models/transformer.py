@@ -140,7 +140,15 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
 # backward vs 45 ms; benchmarks/bench_kernels.py). In fp32 the plain ops win up to about 32 positions (0.5-0.9x
 # of the fused time) and lose from 34 on (1.1-1.2x). The plain path is used up to these lengths; same function.
 MATH_ATTENTION_MAX_LEN = {torch.float32: 32, torch.bfloat16: 512}
-KEYS_FIRST_MAX_LEN = 64  # beyond it a softmax along the last dimension is as fast (see Attention._softmax_attention)
+# How the plain path lays out the scores for the softmax over keys (see softmax_over_keys): on CPU up to
+# KEYS_OUTER_MAX_LEN positions keys outermost, [key, batch, head, query]; else keys-first, [batch, head, key, query],
+# up to KEYS_FIRST_MAX_LEN (beyond it a softmax along the last dimension is as fast). Attention forward + backward,
+# keys-outer against keys-first: 0.76-0.96x at 3-19 positions, 1.07-1.5x from 33 on (benchmarks/bench_kernels.py).
+KEYS_OUTER_MAX_LEN = 24
+KEYS_FIRST_MAX_LEN = 64
+# MixiT mixes the values one matmul per head over the whole batch up to this head width, else batch x head small
+# matmuls: forward + backward 0.24-0.67x at width 4, 0.9-0.95x at 16, 1.0-1.6x at 32 (benchmarks/bench_kernels.py).
+MIX_PER_HEAD_MAX_D_HEAD = 16
 
 
 def plain_attention_max_len(device: torch.device, dtype: torch.dtype) -> int:
@@ -148,6 +156,23 @@ def plain_attention_max_len(device: torch.device, dtype: torch.dtype) -> int:
     if device.type != "cpu":
         return 0
     return MATH_ATTENTION_MAX_LEN.get(dtype, MATH_ATTENTION_MAX_LEN[torch.float32])
+
+
+def softmax_over_keys(scores: torch.Tensor) -> torch.Tensor:
+    """softmax(scores, dim=-1) for scores [batch, head, query, key], taken along the dimension the keys are laid out in.
+
+    PyTorch's CPU softmax vectorises over the dimensions inside the one it reduces, so short rows (a few keys) are
+    slow along the last dimension (5-20x at 9 keys). Scores stored keys outermost ([key, batch, head, query]
+    memory) reduce along dimension 0, vectorised over everything else; keys-first ([batch, head, key, query])
+    along dimension -2, vectorised over queries. The same function whatever the layout (a hook may return any).
+    """
+    outer = scores.permute(3, 0, 1, 2)
+    if outer.is_contiguous():
+        return torch.softmax(outer, dim=0).permute(1, 2, 3, 0)
+    first = scores.transpose(-1, -2)
+    if first.is_contiguous() and scores.shape[-1] <= KEYS_FIRST_MAX_LEN:
+        return torch.softmax(first, dim=-2).transpose(-1, -2)
+    return torch.softmax(scores, dim=-1)
 
 
 class Attention(nn.Module):
@@ -273,16 +298,18 @@ class Attention(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self._needs_pattern() or t <= plain_attention_max_len(q.device, q.dtype):
             allowed = self._allowed(t, q.device, key_padding_mask, start).transpose(-1, -2)  # [.., key, query]
-            # Scores are computed keys-first, [batch, head, key, query], and handed on as a transposed view:
-            # a softmax over keys then runs along a strided dimension, which PyTorch's CPU kernel vectorises
-            # across queries (short rows are slow along the last dimension: 4x at T = 13).
+            # Scores are computed keys-first, [batch, head, key, query], and handed on as a [batch, head, query, key]
+            # view of that memory, or, for short sequences on CPU, of a copy laid out [key, batch, head, query]:
+            # the layouts in which softmax_over_keys is fast (KEYS_OUTER_MAX_LEN).
             scores_kq = kh @ qh.transpose(-1, -2)
             mask = torch.zeros(allowed.shape, dtype=scores_kq.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
-            scores = self.hook_attn_scores((scores_kq * self.scale + mask).transpose(-1, -2))
-            if scores.transpose(-1, -2).is_contiguous() and t <= KEYS_FIRST_MAX_LEN:
-                pattern = torch.softmax(scores.transpose(-1, -2), dim=-2).transpose(-1, -2)
+            if q.device.type == "cpu" and t <= KEYS_OUTER_MAX_LEN:
+                # mask + scale * scores in one pass over the copy; the mask is 0 or -inf, so no extra rounding
+                outer = torch.add(mask.permute(2, 0, 1, 3), scores_kq.permute(2, 0, 1, 3).contiguous(), alpha=self.scale)
+                scores = outer.permute(1, 2, 3, 0)
             else:
-                pattern = torch.softmax(scores, dim=-1)
+                scores = (scores_kq * self.scale + mask).transpose(-1, -2)
+            pattern = softmax_over_keys(self.hook_attn_scores(scores))
             if shaped:
                 pattern = pattern + self._shaping(t, q.device, key_padding_mask, start).to(pattern.dtype)
             pattern = self.hook_pattern(pattern)
@@ -324,9 +351,16 @@ class Attention(nn.Module):
         return A[0] if key_padding_mask is None else A
 
     def _mix(self, v: torch.Tensor, key_padding_mask, start: int = 0) -> torch.Tensor:
+        """v [batch, pos, head, d_head] -> z [batch, query_pos, head, d_head]: each head's values mixed by its pattern."""
         A = self.mixing_pattern(v.shape[1], key_padding_mask)[..., start:, :].to(v.dtype)
         if self.hook_pattern.has_hooks():
             A = self.hook_pattern(A.expand(v.shape[0], -1, -1, -1))
+        b, t, h, e = v.shape
+        if A.dim() == 3 and e <= MIX_PER_HEAD_MAX_D_HEAD:
+            # One pattern per head for the whole batch: one matmul per head, [q, k] @ [k, batch * d_head], instead of
+            # batch x head tiny ones (MIX_PER_HEAD_MAX_D_HEAD). The same sums; in bf16 the same bits.
+            z = A @ v.permute(2, 1, 0, 3).reshape(h, t, b * e)  # [head, query_pos, batch * d_head]
+            return z.view(h, -1, b, e).permute(2, 1, 0, 3)
         return (A @ v.transpose(1, 2)).transpose(1, 2)
 
     def _recentre_mixing(self, A: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:

@@ -420,6 +420,63 @@ def test_short_sequences_take_plain_attention_with_the_same_result(variant, prec
     torch.testing.assert_close(plain[1], fused[1], **tol)
 
 
+@pytest.mark.parametrize("layout", ["keys-outer", "keys-first", "keys-last"])
+def test_softmax_over_keys_is_the_softmax_in_every_layout(layout):
+    """The attention pattern is softmax over the last dimension of [batch, head, query, key] scores, whichever
+    memory layout the scores come in (masked keys at -inf get weight 0)."""
+    from models.transformer import softmax_over_keys
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(3, 4, 9, 9, generator=g, dtype=torch.float64).masked_fill(torch.ones(9, 9).triu(1).bool(), float("-inf"))
+    stored = {"keys-outer": scores.permute(3, 0, 1, 2).contiguous().permute(1, 2, 3, 0),
+              "keys-first": scores.transpose(-1, -2).contiguous().transpose(-1, -2),
+              "keys-last": scores.contiguous()}[layout]
+    torch.testing.assert_close(softmax_over_keys(stored), torch.softmax(scores, dim=-1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["standard", "shaped"])
+def test_every_score_layout_computes_the_same_attention(variant, tiny_cfg, monkeypatch):
+    """Short sequences take the scores keys-outermost (KEYS_OUTER_MAX_LEN), longer ones keys-first, then keys
+    last: one function in all three, forward and backward, with padding and with from_pos (fp64: shaped
+    models' gradients are large enough that fp32 rounding would hide a difference)."""
+    import models.transformer as tr
+
+    model = build_model(tiny_cfg(variant, init_std=0.2)).double()
+    tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(0))
+    padding = torch.ones(3, 12, dtype=torch.bool)
+    padding[1, 9:] = False
+
+    def run(outer: int, first: int):
+        monkeypatch.setattr(tr, "KEYS_OUTER_MAX_LEN", outer)
+        monkeypatch.setattr(tr, "KEYS_FIRST_MAX_LEN", first)
+        model.zero_grad()
+        out = model(tokens, attention_mask=padding, from_pos=4)
+        out.square().mean().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    layouts = [run(64, 64), run(0, 64), run(0, 0)]  # keys-outer, keys-first, keys-last
+    for out, grads in layouts[1:]:
+        torch.testing.assert_close(out, layouts[0][0], rtol=1e-10, atol=1e-10)
+        for a, b in zip(grads, layouts[0][1]):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * max(1.0, b.abs().max().item()))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_mixing_is_each_heads_pattern_times_its_values(padded, tiny_cfg):
+    """MixiT mixes each head's values by that head's fixed matrix, z[b, q, h] = sum_k A[h, q, k] v[b, k, h]; one
+    matmul per head over the batch (no padding) or per sequence (padding, re-centred patterns)."""
+    attn = build_model(tiny_cfg("mixit")).double().blocks[0].attn
+    v = torch.randn(3, 12, 4, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    mask = None
+    if padded:
+        mask = torch.ones(3, 12, dtype=torch.bool)
+        mask[2, 7:] = False
+    A = attn.mixing_pattern(12, mask)
+    expected = torch.einsum("bhqk,bkhe->bqhe" if padded else "hqk,bkhe->bqhe", A, v)
+    torch.testing.assert_close(attn._mix(v, mask), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(attn._mix(v, mask, start=5), expected[:, 5:], rtol=1e-12, atol=1e-12)
+
+
 def test_identity_hooks_on_q_and_scores_change_nothing(tiny_cfg):
     """Unhooked, queries and keys are rotated as one tensor and the softmax runs keys-first; hooks on hook_q
     or hook_attn_scores (here ones that copy their input into a fresh layout) take the other code paths,
