@@ -162,7 +162,7 @@ def softmax_over_keys(scores: torch.Tensor) -> torch.Tensor:
     """softmax(scores, dim=-1) for scores [batch, head, query, key], taken along the dimension the keys are laid out in.
 
     PyTorch's CPU softmax vectorises over the dimensions inside the one it reduces, so short rows (a few keys) are
-    slow along the last dimension (5-20x at 9 keys). Scores stored keys outermost ([key, batch, head, query]
+    slow along the last dimension (11-20x slower at 9 keys). Scores stored keys outermost ([key, batch, head, query]
     memory) reduce along dimension 0, vectorised over everything else; keys-first ([batch, head, key, query])
     along dimension -2, vectorised over queries. The same function whatever the layout (a hook may return any).
     """
