@@ -143,7 +143,7 @@ MATH_ATTENTION_MAX_LEN = {torch.float32: 32, torch.bfloat16: 512}
 # How the plain path lays out the scores for the softmax over keys (see softmax_over_keys): on CPU up to
 # KEYS_OUTER_MAX_LEN positions keys outermost, [key, batch, head, query]; else keys-first, [batch, head, key, query],
 # up to KEYS_FIRST_MAX_LEN (beyond it a softmax along the last dimension is as fast). Attention forward + backward,
-# keys-outer against keys-first: 0.76-0.96x at 3-19 positions, 1.07-1.5x from 33 on (benchmarks/bench_kernels.py).
+# keys-outer against keys-first: 0.76-0.96x at 3-19 positions, 0.98-1.5x from 33 on (benchmarks/bench_kernels.py).
 KEYS_OUTER_MAX_LEN = 24
 KEYS_FIRST_MAX_LEN = 64
 # MixiT mixes the values one matmul per head over the whole batch up to this head width, else batch x head small
