@@ -1,21 +1,27 @@
-"""Does training several tiny runs in one process pay? N models of the quick preset's shape, trained
-one after another, against the same N stacked (torch.func.stack_module_state) under one vmap'd step.
+"""Does training several tiny runs in one process pay? N models of the quick preset's shape trained one after
+another, against the same N trained as one stacked model, two ways:
+
+* ours under vmap: our `Transformer`s stacked with `torch.func.stack_module_state`, one vmap'd step;
+* by hand: a plain model written with a leading run dimension (batched matmuls over the runs, one op per
+  step for all of them), against the same code with one run, N times. This is the best stacking can do
+  without vmap's own overhead.
 
     python benchmarks/bench_stacked.py                          # mixit and standard, 3 runs, 1 thread
     python benchmarks/bench_stacked.py --variants mixit --runs 4 --threads 2
     python benchmarks/bench_stacked.py --precision bf16
     python benchmarks/bench_stacked.py --d-model 16 --seq 3 --batch 512   # the memorization study's shape
 
-Both do the same work per step: each model's forward and backward on its own batch of 128 sequences
-and an AdamW step (over the stacked tensors, which is the same update element by element). The loss is
-the masked mean computed densely (vmap cannot index by a boolean mask). Prints ms per step of all N
-runs, the two alternating, median of --repeats blocks.
+Every column does the same work per step: each model's forward and backward on its own batch of
+sequences and an AdamW step (over the stacked tensors, which is the same update element by element). The
+loss is the masked mean computed densely (vmap cannot index by a boolean mask). Prints ms per step of all N
+runs, one by one against stacked, the two alternating, median of --repeats blocks.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import math
 import statistics
 import sys
 import time
@@ -24,11 +30,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402
 
 from models import ModelConfig, build_model  # noqa: E402
-from training.trainer import autocast_for  # noqa: E402
+from training.trainer import autocast_for, keep_freed_memory  # noqa: E402
 
 HEADS = {"mixit": 16, "standard": 4}  # as in the quick preset's algorithmic studies
 
@@ -73,6 +80,90 @@ def steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, preci
     return one_by_one, stacked
 
 
+class HandStacked(nn.Module):
+    """`runs` independent Llama-style models as tensors with a leading run dimension: RMSNorm, softmax attention
+    with a causal mask (mixit: fixed mixing matrices and learned positions instead), a gated MLP (SiLU; mixit
+    LeakyReLU), untied unembedding. Every matmul is one batched matmul over the runs."""
+
+    def __init__(self, variant: str, runs: int, d: int, layers: int, heads: int, seq: int, vocab: int):
+        super().__init__()
+        self.mixit, self.heads = variant == "mixit", heads
+        weight = lambda *shape: nn.Parameter(torch.randn(runs, *shape) * 0.02)  # noqa: E731
+        self.embed, self.unembed = weight(vocab, d), weight(d, vocab)
+        self.pos = weight(1, seq, d) if self.mixit else None
+        self.norms = nn.Parameter(torch.ones(2 * layers + 1, runs, 1, d))
+        self.attn_in = nn.ParameterList(weight(d, d if self.mixit else 3 * d) for _ in range(layers))  # (q, k,) v
+        self.attn_out = nn.ParameterList(weight(d, d) for _ in range(layers))
+        self.mlp_in = nn.ParameterList(weight(d, 8 * d) for _ in range(layers))  # gate and up together
+        self.mlp_out = nn.ParameterList(weight(4 * d, d) for _ in range(layers))
+        causal = torch.ones(seq, seq).tril()
+        if self.mixit:  # [layer, run, 1 (batch), head, q, k]
+            self.register_buffer("mixing", torch.eye(seq) + torch.randn(layers, runs, 1, heads, seq, seq) * causal / seq**0.5)
+        self.register_buffer("mask", torch.zeros(seq, seq).masked_fill(causal == 0, float("-inf")))
+
+    def forward(self, tokens: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+        """tokens, scored [run, batch, pos] -> the sum over runs of each run's masked mean loss."""
+        R, B, T = tokens.shape
+        D = self.embed.shape[-1]
+        x = torch.gather(self.embed, 1, tokens.reshape(R, -1, 1).expand(-1, -1, D))  # [run, batch * pos, d]
+        if self.pos is not None:
+            x = (x.view(R, B, T, D) + self.pos[:, :, :T]).view(R, B * T, D)
+        for i in range(len(self.attn_in)):
+            y = F.rms_norm(x, (D,)) * self.norms[2 * i]
+            if self.mixit:
+                v = torch.bmm(y, self.attn_in[i]).view(R, B, T, self.heads, -1).transpose(2, 3)
+                z = (self.mixing[i, :, :, :, :T, :T].to(v.dtype) @ v).transpose(2, 3)
+            else:
+                q, k, v = torch.bmm(y, self.attn_in[i]).view(R * B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+                scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + self.mask[:T, :T]
+                z = (torch.softmax(scores.float(), -1).to(v.dtype) @ v).transpose(1, 2)
+            x = x + torch.bmm(z.reshape(R, B * T, D), self.attn_out[i])
+            gate, up = torch.bmm(F.rms_norm(x, (D,)) * self.norms[2 * i + 1], self.mlp_in[i]).chunk(2, -1)
+            act = F.leaky_relu(gate, 0.9) if self.mixit else F.silu(gate)
+            x = x + torch.bmm(act * up, self.mlp_out[i])
+        logits = torch.bmm(F.rms_norm(x, (D,)) * self.norms[-1], self.unembed).view(R, B, T, -1)[:, :, :-1]
+        ce = F.cross_entropy(logits.flatten(0, 2).float(), tokens[:, :, 1:].flatten(), reduction="none").view(R, -1)
+        weight = scored[:, :, 1:].reshape(R, -1)
+        return ((ce * weight).sum(1) / weight.sum(1)).sum()  # each run's own mean: independent gradients
+
+
+def hand_steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, precision: str):
+    """(N one-run models stepped one after another, one N-run model stepped once), by hand."""
+    def make(n: int):
+        torch.manual_seed(n)
+        model = HandStacked(variant, n, d_model, 2, HEADS.get(variant, 4), seq, 16)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        tokens = torch.randint(0, 16, (n, batch, seq))
+        scored = torch.zeros(n, batch, seq)
+        scored[..., seq // 2:] = 1
+
+        def step():
+            with autocast_for(torch.device("cpu"), precision):
+                loss = model(tokens, scored)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+
+    singles = [make(1) for _ in range(runs)]
+    return (lambda: [step() for step in singles]), make(runs)
+
+
+def median_ms(pair, steps: int, repeats: int) -> tuple[float, float]:
+    """Median ms per step of each of two step functions, alternating blocks of `steps` steps."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for fn in pair:
+        fn()
+        fn()
+    for _ in range(repeats):
+        for spent, fn in zip(times, pair):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            spent.append((time.perf_counter() - t0) / steps * 1000)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", nargs="+", default=["mixit", "standard"])
@@ -86,24 +177,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the trainer does
     print(f"{args.runs} runs, d_model {args.d_model}, 2 layers, batch {args.batch}, seq {args.seq}, {args.precision}, "
           f"{args.threads} thread(s)")
-    print("| variant | one by one (ms/step) | stacked + vmap (ms/step) | stacked speed-up |")
-    print("|---|---|---|---|")
+    print("| variant | ours one by one (ms/step) | ours stacked under vmap | vmap speed-up "
+          "| plain one by one | plain stacked by hand | by-hand speed-up |")
+    print("|---|---|---|---|---|---|---|")
     for variant in args.variants:
-        one_by_one, stacked = steps_for(variant, args.runs, args.seq, args.batch, args.d_model, args.precision)
-        times: dict[str, list[float]] = {"one": [], "stacked": []}
-        for fn in (one_by_one, stacked):
-            fn()
-            fn()
-        for _ in range(args.repeats):
-            for name, fn in (("one", one_by_one), ("stacked", stacked)):
-                t0 = time.perf_counter()
-                for _ in range(args.steps):
-                    fn()
-                times[name].append((time.perf_counter() - t0) / args.steps * 1000)
-        one, st = statistics.median(times["one"]), statistics.median(times["stacked"])
-        print(f"| {variant} | {one:.1f} | {st:.1f} | {one / st:.2f}x |")
+        ours = median_ms(steps_for(variant, args.runs, args.seq, args.batch, args.d_model, args.precision),
+                         args.steps, args.repeats)
+        hand = median_ms(hand_steps_for(variant, args.runs, args.seq, args.batch, args.d_model, args.precision),
+                         args.steps, args.repeats)
+        print(f"| {variant} | {ours[0]:.1f} | {ours[1]:.1f} | {ours[0] / ours[1]:.2f}x "
+              f"| {hand[0]:.1f} | {hand[1]:.1f} | {hand[0] / hand[1]:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":
