@@ -46,8 +46,16 @@ def dense_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
     return (ce * weight).sum() / weight.sum()
 
 
+def adamw_step(optimizer: torch.optim.Optimizer, precision: str, loss_of) -> None:
+    """One training step: the loss `loss_of()` under the precision's autocast, its backward, an optimizer step."""
+    with autocast_for(torch.device("cpu"), precision):
+        loss = loss_of()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 def steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, precision: str):
-    amp = lambda: autocast_for(torch.device("cpu"), precision)  # noqa: E731
     models = [build_model(ModelConfig(variant=variant, d_model=d_model, n_layers=2, n_heads=HEADS.get(variant, 4),
                                       n_ctx=seq, d_vocab=16, seed=s)) for s in range(runs)]
     tokens = torch.randint(0, 16, (runs, batch, seq))
@@ -57,11 +65,7 @@ def steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, preci
 
     def one_by_one():
         for m, opt, x, w in zip(models, optimizers, tokens, mask):
-            with amp():
-                loss = dense_loss(m(x), x, w)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            adamw_step(opt, precision, lambda: dense_loss(m(x), x, w))
 
     params, buffers = stack_module_state(models)
     trainable = {k: models[0].get_parameter(k).requires_grad for k in params}
@@ -70,12 +74,8 @@ def steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, preci
     opt = torch.optim.AdamW([p for p in params.values() if p.requires_grad], lr=1e-3)
     loss_of = vmap(lambda p, b, x, w: dense_loss(functional_call(skeleton, (p, b), (x,)), x, w))
 
-    def stacked():
-        with amp():
-            loss = loss_of(params, buffers, tokens, mask).sum()  # independent runs: each gets its own gradient
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    def stacked():  # independent runs: the sum gives each its own gradient
+        adamw_step(opt, precision, lambda: loss_of(params, buffers, tokens, mask).sum())
 
     return one_by_one, stacked
 
@@ -137,13 +137,7 @@ def hand_steps_for(variant: str, runs: int, seq: int, batch: int, d_model: int, 
         scored = torch.zeros(n, batch, seq)
         scored[..., seq // 2:] = 1
 
-        def step():
-            with autocast_for(torch.device("cpu"), precision):
-                loss = model(tokens, scored)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        return step
+        return lambda: adamw_step(opt, precision, lambda: model(tokens, scored))
 
     singles = [make(1) for _ in range(runs)]
     return (lambda: [step() for step in singles]), make(runs)
