@@ -268,7 +268,7 @@ def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) ->
 def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
     import torch
 
-    from training.benchmark import measure_throughput
+    from training.benchmark import COLUMNS, measure_throughput
 
     config = {"variants": "all", "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch_size": 32,
               "vocab": 512, "steps": 5, "repeats": 3, "warmup": 2, "device": "auto", **spec}
@@ -279,7 +279,8 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
     before = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # measured alone, after training, on every core
     try:
-        df, cached = _cached_csv(out / SPEED_FILE, config, lambda: measure_throughput(**config))
+        # The columns are part of the cache key: a file written before a column existed is measured again.
+        df, cached = _cached_csv(out / SPEED_FILE, {**config, "columns": COLUMNS}, lambda: measure_throughput(**config))
     finally:
         torch.set_num_threads(before)
     log(f"speed: {'cached' if cached else 'measured'} ({len(df)} variants)")

@@ -6,14 +6,18 @@
 Every number comes from the runs directory (summaries, analysis/ results, signal/signal.csv,
 speed/speed.csv). Runs are picked by task, from the study named for a table when it exists
 (retrieval, khop, lm, algorithmic, sentiment, memorize, depth), else from any study. Accuracies are
-final eval accuracies averaged over seeds. Each finding's criterion is written out in the report, and a
-finding whose data is missing is "not measured", never "holds".
+final eval accuracies over seeds (mean, spread and median; the verdicts read medians). Each finding's
+criterion is written out in the report, and a finding whose data is missing is "not measured", never
+"holds". Where our numbers fail a criterion, the same criterion is applied to the authors' own code at
+the same settings (reproduce.reference), and the verdict says which of the two cases it is: a claim
+that does not show at this size, or a reproduction that fails.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,7 +26,10 @@ import pandas as pd
 from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
 from models.files import atomic_file, write_json, write_text
-from training.rundir import SIGNAL_FILE, SPEED_FILE
+from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
+from training.tasks import get_task
+
+from .reference import load_reference, reference_runs
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
 # Accuracies in %, LM in validation log-perplexity (WikiText-103), memorization in bits per trainable parameter.
@@ -45,6 +52,7 @@ def _finished(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 BEYOND = "beyond"  # the study group of grid experiments (reproduce/presets/beyond.yaml): not the paper's tables
+SCALE = "scale"  # the study group of the scale preset's sweeps (reproduce/emergence.py): not one setting each
 
 # The paper's finding next to each task of the beyond-the-paper table.
 BEYOND_RELATED = {
@@ -57,9 +65,10 @@ BEYOND_COLUMNS = ["task", "variant", "metric", "value", "std", "seeds", "paper_r
 
 def select(runs: pd.DataFrame, task: str, study: str | None = None) -> pd.DataFrame:
     """Finished runs of `task`, from `study` if that study has any, else from every study (never the
-    beyond-the-paper group: its grid models are not the paper's variants)."""
+    beyond-the-paper group, whose grid models are not the paper's variants, nor the scale group, whose
+    runs sweep a setting and are reported by reproduce.emergence)."""
     mine = _finished(runs)
-    mine = mine[(mine["task"] == task) & (mine["group"] != BEYOND)]
+    mine = mine[(mine["task"] == task) & ~mine["group"].isin([BEYOND, SCALE])]
     if study is not None and (mine["group"] == study).any():
         mine = mine[mine["group"] == study]
     return mine
@@ -73,9 +82,25 @@ def mean_by(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     return pd.concat([g.mean(), g.std(ddof=0).rename(f"{value}_std"), g.size().rename("seeds")], axis=1).reset_index()
 
 
+# A seed this many points below its configuration's median is reported as stuck: one such seed
+# (retrieval's standard seed 1 at 32.4% against 100% for the others, from a too-short warmup) would
+# otherwise decide a mean, so the verdicts read medians and the report names the stuck seeds.
+STUCK_POINTS = 30.0
+
+
 def _acc(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    out = mean_by(df.assign(acc=df["eval_acc"].astype(float) * 100), keys, "acc")
-    return out
+    """Accuracy (%) per `keys`: mean, spread, seeds, median and the seeds stuck far below the median."""
+    df = df.assign(acc=df["eval_acc"].astype(float) * 100)
+    out = mean_by(df, keys, "acc")
+    if df.empty:
+        return out.assign(median=pd.Series(dtype=float), stuck=pd.Series(dtype=str))
+    medians, stuck = [], []
+    for _, g in df.groupby(keys, sort=False):
+        med = float(g["acc"].median())
+        medians.append(med)
+        low = g[g["acc"] < med - STUCK_POINTS].sort_values("seed")
+        stuck.append(", ".join(f"seed {int(s)} at {a:.1f}%" for s, a in zip(low["seed"], low["acc"])))
+    return out.assign(median=medians, stuck=stuck)
 
 
 def _lookup(df: pd.DataFrame, value: str, **where: Any) -> float | None:
@@ -86,12 +111,14 @@ def _lookup(df: pd.DataFrame, value: str, **where: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- tables
+FULL_ACCURACY = 99.9  # % at or above which a memorize set counts as stored completely
+
 def _in_variant_order(df: pd.DataFrame) -> pd.DataFrame:
     """Rows sorted by the task column (if any), then variants in registry order (standard first)."""
     if df.empty or "variant" not in df:
         return df.reset_index(drop=True)
     rank = {v: i for i, v in enumerate(VARIANTS)}
-    first = ["task"] if "task" in df else []
+    first = [c for c in ("task", "regime") if c in df]
     then = [c for c in ("n", "depth", "n_layers") if c in df]
     df = df.assign(_rank=df["variant"].map(rank)).sort_values([*first, "_rank", *then], kind="stable")
     return df.drop(columns="_rank").reset_index(drop=True)
@@ -99,12 +126,68 @@ def _in_variant_order(df: pd.DataFrame) -> pd.DataFrame:
 
 def build_tables(runs_dir: str | Path) -> dict[str, pd.DataFrame]:
     """Every report table as a DataFrame (empty when the runs directory has nothing for it)."""
-    tables = _build_tables(Path(runs_dir))
+    tables = _build_tables(load_runs(Path(runs_dir)), Path(runs_dir))
     return {name: _in_variant_order(df) for name, df in tables.items()}
 
 
-def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
-    runs = load_runs(runs_dir)
+def reference_tables(runs_dir: str | Path, records: list[dict[str, Any]] | None = None) -> dict[str, pd.DataFrame]:
+    """The report's tables from the authors' code (reproduce.reference), at the settings of our runs in runs_dir.
+
+    Only the tables their scripts can fill (accuracy, memorization, depth) have rows; the others are empty."""
+    records = load_reference() if records is None else records
+    theirs = reference_runs(records, load_runs(Path(runs_dir)))
+    return {name: _in_variant_order(df) for name, df in _build_tables(theirs, None).items()}
+
+
+def memorize_regimes(per_size: pd.DataFrame) -> pd.DataFrame:
+    """Bits per trainable parameter per variant (mean and spread over seeds) in two regimes: "fixed", the
+    paper's Table 4, at the largest n that standard stores completely (mean accuracy >= FULL_ACCURACY);
+    "capacity", at the largest n trained (finding 4 checks that the models ran out of capacity there)."""
+    columns = ["regime", "variant", "n", "bits_per_trainable_param", "bits_per_trainable_param_std", "seeds",
+               "accuracy", "paper"]
+    if per_size.empty:
+        return pd.DataFrame(columns=columns)
+    standard = per_size[per_size["variant"] == "standard"].groupby("n")["accuracy"].mean()
+    full = standard[100 * standard >= FULL_ACCURACY]
+    picks = ([("fixed", full.index.max())] if len(full) else []) + [("capacity", per_size["n"].max())]
+    parts = []
+    for regime, n in picks:
+        at = per_size[per_size["n"] == n]
+        part = mean_by(at, ["variant"], "bits_per_trainable_param")
+        part["accuracy"] = part["variant"].map(at.groupby("variant")["accuracy"].mean())
+        parts.append(part.assign(regime=regime, n=n))
+    out = pd.concat(parts, ignore_index=True)
+    out["paper"] = out["variant"].map(PAPER["memorize_bits"])
+    return out[columns]
+
+
+def _memory(run: Any) -> dict[str, Any] | None:
+    """A run's memorization result: its analysis summary's, or a reference record's own."""
+    if isinstance(getattr(run, "memory", None), dict):
+        return run.memory
+    if not isinstance(getattr(run, "path", None), str):
+        return None
+    return ((read_analysis(run.path) or {}).get("summary") or {}).get("memory")
+
+
+def _eval_items(run: Any) -> int | None:
+    """How many held-out items a run of an algorithmic task was scored on (None when unknown)."""
+    given = getattr(run, "eval_items", None)
+    if given is not None and not (isinstance(given, float) and math.isnan(given)):
+        return int(given)
+    if run.task not in ALGORITHMIC or not isinstance(getattr(run, "path", None), str):
+        return None
+    try:
+        asked = (read_run_info(run.path)["train"] or {}).get("eval_samples")
+        default = get_task(run.task, **(run.task_params or {})).default_eval_size
+    except (OSError, ValueError, TypeError):
+        return None
+    return default if asked is None else min(int(asked), default)
+
+
+def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.DataFrame]:
+    """The report's tables from `runs` (rows of analysis.runs.COLUMNS); runs_dir holds the signal and speed
+    stages' files (None: those tables are empty)."""
     tables: dict[str, pd.DataFrame] = {}
 
     # Table 1: retrieval (at the largest number of pairs trained) and k-hop induction.
@@ -116,8 +199,9 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     for task, df in (("retrieval", ret), ("khop", select(runs, "khop", "khop"))):
         for r in _acc(df, ["variant", "task_label"]).itertuples():
             rows.append({"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std,
-                         "seeds": r.seeds, "paper": PAPER[task].get(r.variant)})
-    tables["table1_retrieval"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "seeds", "paper"])
+                         "median": r.median, "seeds": r.seeds, "stuck": r.stuck, "paper": PAPER[task].get(r.variant)})
+    tables["table1_retrieval"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds",
+                                                             "stuck", "paper"])
 
     # Table 2: language modeling, validation log-perplexity (nats per token).
     lm = select(runs, "lm", "lm")
@@ -130,15 +214,20 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     rows = []
     for task in (*ALGORITHMIC, "sentiment"):
         study = "sentiment" if task == "sentiment" else "algorithmic"
-        for r in _acc(select(runs, task, study), ["variant", "task_label"]).itertuples():
+        mine = select(runs, task, study)
+        items = {label: _eval_items(r) for label, r in
+                 zip(mine["task_label"], mine.itertuples())} if len(mine) else {}
+        for r in _acc(mine, ["variant", "task_label"]).itertuples():
             rows.append({"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std,
-                         "seeds": r.seeds, "paper": PAPER["sentiment"].get(r.variant) if task == "sentiment" else None})
-    tables["table3_tasks"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "seeds", "paper"])
+                         "median": r.median, "seeds": r.seeds, "stuck": r.stuck, "eval_items": items.get(r.task_label),
+                         "paper": PAPER["sentiment"].get(r.variant) if task == "sentiment" else None})
+    tables["table3_tasks"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds", "stuck",
+                                                         "eval_items", "paper"])
 
-    # Table 4: memorization capacity: the most bits any dataset size stored, per trainable parameter.
+    # Table 4: memorization, bits per trainable parameter in two regimes (see memorize_regimes).
     rows = []
     for r in select(runs, "memorize", "memorize").itertuples():
-        memory = ((read_analysis(r.path) or {}).get("summary") or {}).get("memory")
+        memory = _memory(r)
         if memory:
             rows.append({"variant": r.variant, "n": r.task_params.get("n"), "d": r.task_params.get("d", 2),
                          "seed": r.seed, "accuracy": memory.get("accuracy"), "bits": memory.get("bits"),
@@ -147,24 +236,18 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     per_size = pd.DataFrame(rows, columns=["variant", "n", "d", "seed", "accuracy", "bits", "params_trainable",
                                            "bits_per_trainable_param"])
     tables["table4_memorize_sizes"] = per_size
-    if len(per_size):
-        best = per_size.loc[per_size.groupby(["variant", "seed"])["bits"].idxmax()]
-        t4 = mean_by(best, ["variant"], "bits_per_trainable_param")
-        t4["at_n"] = t4["variant"].map(best.groupby("variant")["n"].max())
-    else:
-        t4 = pd.DataFrame(columns=["variant", "bits_per_trainable_param", "bits_per_trainable_param_std", "seeds", "at_n"])
-    t4["paper"] = t4["variant"].map(PAPER["memorize_bits"])
-    tables["table4_memorize"] = t4
+    tables["table4_memorize"] = memorize_regimes(per_size)
 
     # Table 6: addition accuracy vs depth.
     depth = select(runs, "addition", "depth")
     if len(depth) and depth["n_layers"].nunique() < 2:
         depth = depth.iloc[0:0]
-    tables["table6_depth"] = _acc(depth, ["variant", "n_layers"]).rename(columns={"acc": "accuracy", "acc_std": "std"})
+    tables["table6_depth"] = _acc(depth, ["variant", "n_layers", "d_model", "n_heads", "steps"]).rename(
+        columns={"acc": "accuracy", "acc_std": "std"})
 
     # Table 7: token covariance and cosine at the last layer vs depth, at initialisation.
-    signal_path = runs_dir / SIGNAL_FILE
-    if signal_path.is_file():
+    signal_path = None if runs_dir is None else runs_dir / SIGNAL_FILE
+    if signal_path is not None and signal_path.is_file():
         sig = pd.read_csv(signal_path)
         sig = sig[sig["layer"] == sig["depth"]][["variant", "d_model", "depth", "covariance", "cosine"]]
     else:
@@ -177,7 +260,7 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     khop = select(runs, "khop", "khop")
     source = khop if len(khop) else _finished(runs)
     for r in source.itertuples():
-        summary = (read_analysis(r.path) or {}).get("summary") or {}
+        summary = ((read_analysis(r.path) if isinstance(r.path, str) else None) or {}).get("summary") or {}
         heads, aligned = summary.get("heads"), summary.get("task_induction")
         if not heads and not aligned:
             continue
@@ -213,77 +296,120 @@ def _build_tables(runs_dir: Path) -> dict[str, pd.DataFrame]:
     tables["beyond"] = pd.DataFrame(rows, columns=BEYOND_COLUMNS)
 
     # Speed: per-sample training time relative to standard.
-    speed_path = runs_dir / SPEED_FILE
-    if speed_path.is_file():
+    speed_path = None if runs_dir is None else runs_dir / SPEED_FILE
+    if speed_path is not None and speed_path.is_file():
         sp = pd.read_csv(speed_path)
         sp["faster_pct"] = -100 * sp["relative_to_standard"]
+        # The spread of that saving over the stage's repeats (speed files written before it existed: unknown).
+        sp["faster_pct_spread"] = 100 * sp["relative_spread"] if "relative_spread" in sp else float("nan")
         sp["paper_faster_pct"] = sp["variant"].map(PAPER["speed_faster_pct"])
         sp = sp[["variant", "d_model", "n_layers", "seq_len", "batch_size", "device", "params_trainable",
-                 "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "paper_faster_pct"]]
+                 "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread",
+                 "paper_faster_pct"]]
     else:
-        sp = pd.DataFrame(columns=["variant", "tokens_per_s", "ms_per_sample", "faster_pct", "paper_faster_pct"])
+        sp = pd.DataFrame(columns=["variant", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread",
+                                   "paper_faster_pct"])
     tables["speed"] = sp
     return tables
 
 
 # --------------------------------------------------------------------------- findings
+@dataclass
+class Claim:
+    """One part of a finding, judged on its own: `holds` is None when its data is missing."""
+
+    name: str  # the same name on our tables and on the reference's, so the two can be paired
+    text: str  # the numbers it was judged on
+    holds: bool | None
+
+    def __post_init__(self) -> None:
+        if self.holds is not None:
+            self.holds = bool(self.holds)  # comparisons of table values give numpy booleans
+
+
 def _get(df: pd.DataFrame, value: str, **where: Any) -> float | None:
     return _lookup(df, value, **where) if len(df) else None
 
 
-def _missing(*names: str) -> tuple[str, None]:
-    return f"not measured ({', '.join(names)} missing)", None
+def _median(df: pd.DataFrame, **where: Any) -> float | None:
+    """The median accuracy over seeds (tables without a median column: their accuracy)."""
+    return _get(df, "median" if "median" in df else "accuracy", **where)
 
 
-def _f1(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+def _missing(*names: str) -> str:
+    return f"not measured ({', '.join(names)} missing)"
+
+
+def _stuck(df: pd.DataFrame, variants: tuple[str, ...]) -> str:
+    if "stuck" not in df:
+        return ""
+    notes = [f"{v} {s}" for v in variants for s in df.loc[df["variant"] == v, "stuck"].dropna() if s]
+    return f" (stuck: {'; '.join(notes)})" if notes else ""
+
+
+def _f1(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t1 = t["table1_retrieval"]
+    claims = []
     ret = t1[t1["task"].str.startswith("retrieval")]
-    acc = {v: _get(ret, "accuracy", variant=v) for v in ("standard", "frozen_mlp", "frozen_qk", "mixit")}
+    variants = ("standard", "frozen_mlp", "frozen_qk", "mixit")
+    acc = {v: _median(ret, variant=v) for v in variants}
     if any(a is None for a in acc.values()):
-        return _missing(*[f"retrieval/{v}" for v, a in acc.items() if a is None])
-    ok = (acc["standard"] >= 90 and acc["frozen_mlp"] >= 90 and acc["frozen_qk"] >= acc["standard"] - 10
-          and acc["mixit"] <= acc["frozen_qk"] - 30)
-    text = "retrieval " + " / ".join(f"{acc[v]:.1f}" for v in acc)
-    kh = t1[t1["task"].str.startswith("khop")]
-    kacc = {v: _get(kh, "accuracy", variant=v) for v in ("standard", "frozen_qk", "mixit")}
-    if all(a is not None for a in kacc.values()):
-        ok = ok and kacc["standard"] >= kacc["frozen_qk"] - 1 and kacc["frozen_qk"] >= kacc["mixit"] + 10
-        text += "; k-hop " + " / ".join(f"{kacc[v]:.1f}" for v in kacc)
+        claims.append(Claim("retrieval", "retrieval " + _missing(*[f"retrieval/{v}" for v, a in acc.items() if a is None]),
+                            None))
     else:
-        text += "; k-hop not measured"
-    return text, ok
+        ok = (acc["standard"] >= 90 and acc["frozen_mlp"] >= 90 and acc["frozen_qk"] >= acc["standard"] - 10
+              and acc["mixit"] <= acc["frozen_qk"] - 30)
+        claims.append(Claim("retrieval", "retrieval " + " / ".join(f"{acc[v]:.1f}" for v in acc) + _stuck(ret, variants),
+                            ok))
+    kh = t1[t1["task"].str.startswith("khop")]
+    kvariants = ("standard", "frozen_qk", "mixit")
+    kacc = {v: _median(kh, variant=v) for v in kvariants}
+    if all(a is not None for a in kacc.values()):
+        ok = kacc["standard"] >= kacc["frozen_qk"] - 1 and kacc["frozen_qk"] >= kacc["mixit"] + 10
+        claims.append(Claim("khop", "k-hop " + " / ".join(f"{kacc[v]:.1f}" for v in kacc) + _stuck(kh, kvariants), ok))
+    else:
+        claims.append(Claim("khop", "k-hop not measured", None))
+    return claims
 
 
-def _f2(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+def _f2(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t2 = t["table2_lm"]
     lp = {v: _get(t2, "log_ppl", variant=v) for v in ("standard", "frozen_qk", "mixit")}
     if any(x is None for x in lp.values()):
-        return _missing("language-modeling runs")
+        return [Claim("lm", _missing("language-modeling runs"), None)]
     ok = lp["standard"] < lp["frozen_qk"] < lp["mixit"] and (lp["frozen_qk"] - lp["standard"]) < 0.5 * (lp["mixit"] - lp["standard"])
-    return "log-ppl " + " / ".join(f"{lp[v]:.3f}" for v in lp), ok
+    return [Claim("lm", "log-ppl " + " / ".join(f"{lp[v]:.3f}" for v in lp), ok)]
 
 
-def _f3(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+# Finding 3, per task and one-sided: the paper's claim is that MixiT is not worse than standard, so a
+# MixiT better than standard passes. A task is measured only where the comparison can resolve the
+# margin: its held-out set must make one item worth at most F3_MAX_ITEM_POINTS (27 held-out pairs of
+# modular addition mod 23 were 3.7 points each, so one pair could move a verdict), and at least one of
+# the two variants must fail to memorize every key of a memorize item (a set both store completely
+# cannot tell them apart).
+F3_MARGIN = 5.0  # points: mixit >= standard - 5
+F3_MAX_ITEM_POINTS = 1.0  # at least 100 held-out items
+
+
+def _f3(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t3 = t["table3_tasks"]
-    parts, ok, seen = [], True, 0
-    for task in ALGORITHMIC:
+    claims = []
+    for task in (*ALGORITHMIC, "sentiment"):
         rows = t3[t3["task"].str.split("(").str[0] == task]
-        s, m = _get(rows, "accuracy", variant="standard"), _get(rows, "accuracy", variant="mixit")
+        s, m = _median(rows, variant="standard"), _median(rows, variant="mixit")
         if s is None or m is None:
-            parts.append(f"{task} not measured")
+            claims.append(Claim(task, f"{task} not measured", None))
             continue
-        seen += 1
-        ok = ok and abs(s - m) <= 5
-        parts.append(f"{task} {s:.1f} vs {m:.1f}")
-    rows = t3[t3["task"].str.startswith("sentiment")]
-    s, m = _get(rows, "accuracy", variant="standard"), _get(rows, "accuracy", variant="mixit")
-    if s is not None and m is not None:
-        seen += 1
-        ok = ok and m >= s - 5
-        parts.append(f"sentiment {s:.1f} vs {m:.1f}")
-    else:
-        parts.append("sentiment not measured")
-    return "; ".join(parts), (ok if seen else None)
+        text = f"{task} {s:.1f} vs {m:.1f}" + _stuck(rows, ("standard", "mixit"))
+        items = rows["eval_items"].dropna() if "eval_items" in rows else pd.Series(dtype=float)
+        if len(items) and 100 / items.min() > F3_MAX_ITEM_POINTS:
+            n = int(items.min())
+            claims.append(Claim(task, f"{text}, not measured: {n} held-out items, {100 / n:.1f} points each", None))
+        elif task == "memorize" and min(s, m) >= FULL_ACCURACY:
+            claims.append(Claim(task, f"{text}, not measured: both store every key", None))
+        else:
+            claims.append(Claim(task, text, m >= s - F3_MARGIN))
+    return claims
 
 
 # A memorization study measures capacity only where the models run out of it: a model that stores the
@@ -319,48 +445,90 @@ def _capacity_problems(sizes: pd.DataFrame, variants: tuple[str, ...]) -> list[s
     return problems
 
 
-def _f4(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+# Finding 4 in two regimes (memorize_regimes): the paper's Table 4 is a fixed dataset that standard
+# memorizes completely (their 512^2 keys of 9 bits, 2,359,296 bits, by a model of 790,400 trainable
+# parameters: exactly their 2.98 bits per parameter), so its bits per parameter measure the data as much
+# as the models; capacity is measured where no variant stores its set. Both are judged by the paper's
+# ordering. "standard > frozen_qk" (and "> mixit") must exceed the seed spread (the two standard
+# deviations added): at capacity standard's 1.65 against frozen_qk's 1.62 (spread 0.04) is no ordering.
+CLOSE_RATIO = 1.25  # frozen_qk and mixit within 25% of each other
+
+
+def _ordering(b: dict[str, float], sd: dict[str, float]) -> tuple[bool, str]:
+    """The paper's bits ordering, with 'standard above' only beyond the seed spread."""
+    above = [v for v in ("frozen_qk", "mixit") if b["standard"] - b[v] <= sd["standard"] + sd[v]]
+    close = max(b["frozen_qk"], b["mixit"]) <= CLOSE_RATIO * min(b["frozen_qk"], b["mixit"])
+    ok = not above and min(b["frozen_qk"], b["mixit"]) > b["frozen_mlp"] and close
+    note = f" (standard not above {', '.join(above)} beyond the seed spread)" if above else ""
+    return ok, note
+
+
+def _f4(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t4, sizes = t["table4_memorize"], t["table4_memorize_sizes"]
-    b = {v: _get(t4, "bits_per_trainable_param", variant=v) for v in ("standard", "frozen_qk", "mixit", "frozen_mlp")}
-    if any(x is None for x in b.values()):
-        return _missing(*[f"memorize/{v}" for v, x in b.items() if x is None])
-    bits = "bits/param " + " / ".join(f"{b[v]:.2f}" for v in b)
-    problems = _capacity_problems(sizes, tuple(b))
-    if problems:
-        return f"not measured (not at capacity: {', '.join(problems)}); {bits}", None
-    close = max(b["frozen_qk"], b["mixit"]) <= 1.25 * min(b["frozen_qk"], b["mixit"])
-    ok = b["standard"] > max(b["frozen_qk"], b["mixit"]) and min(b["frozen_qk"], b["mixit"]) > b["frozen_mlp"] and close
-    return bits, ok
+    variants = ("standard", "frozen_qk", "mixit", "frozen_mlp")
+    claims = []
+    for regime, label in (("fixed", "paper regime"), ("capacity", "at capacity")):
+        rows = t4[t4["regime"] == regime] if "regime" in t4 else t4.iloc[0:0]
+        b = {v: _get(rows, "bits_per_trainable_param", variant=v) for v in variants}
+        if regime == "capacity":
+            if any(x is None for x in b.values()):
+                claims.append(Claim(regime, f"{label} " + _missing(*[f"memorize/{v}" for v, x in b.items() if x is None]),
+                                    None))
+                continue
+            numbers = "bits/param " + " / ".join(f"{b[v]:.2f}" for v in variants)
+            bits = f"{label}: {numbers}"
+            problems = _capacity_problems(sizes, variants)
+            if problems:
+                claims.append(Claim(regime, f"{label} not measured ({', '.join(problems)}); {numbers}", None))
+                continue
+        else:
+            if any(x is None for x in b.values()):
+                claims.append(Claim(regime, f"{label} not measured (no dataset size that standard stores completely "
+                                            "with every variant trained)", None))
+                continue
+            n = int(rows["n"].iloc[0])
+            bits = f"{label} (n={n}, standard stores every key): bits/param " + " / ".join(f"{b[v]:.2f}" for v in variants)
+        sd = {v: _get(rows, "bits_per_trainable_param_std", variant=v) or 0.0 for v in variants}
+        ok, note = _ordering(b, sd)
+        claims.append(Claim(regime, bits + note, ok))
+    return claims
 
 
-def _f5(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+def _f5(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t6, t7 = t["table6_depth"], t["table7_signal"]
-    parts, verdicts = [], []
+    claims = []
     if len(t6) and {"random", "mixit"} <= set(t6["variant"]):
         lo, hi = t6["n_layers"].min(), t6["n_layers"].max()
-        r_lo, r_hi = _get(t6, "accuracy", variant="random", n_layers=lo), _get(t6, "accuracy", variant="random", n_layers=hi)
-        m_lo, m_hi = _get(t6, "accuracy", variant="mixit", n_layers=lo), _get(t6, "accuracy", variant="mixit", n_layers=hi)
+        r_lo, r_hi = _median(t6, variant="random", n_layers=lo), _median(t6, variant="random", n_layers=hi)
+        m_lo, m_hi = _median(t6, variant="mixit", n_layers=lo), _median(t6, variant="mixit", n_layers=hi)
         if None not in (r_lo, r_hi, m_lo, m_hi):
-            verdicts.append(r_hi <= r_lo - 30 and m_hi >= m_lo - 10)
-            parts.append(f"addition {lo}->{hi} layers: random {r_lo:.1f}->{r_hi:.1f}, mixit {m_lo:.1f}->{m_hi:.1f}")
-    if not parts:
-        parts.append("depth accuracy not measured")
+            where = ""
+            if {"d_model", "steps"} <= set(t6):
+                widths = "/".join(str(int(w)) for w in sorted(t6["d_model"].dropna().unique()))
+                steps = "/".join(f"{int(s):,}" for s in sorted(t6["steps"].dropna().unique()))
+                where = f" (width {widths}, {steps} steps)"
+            claims.append(Claim("depth", f"addition {lo}->{hi} layers{where}: random {r_lo:.1f}->{r_hi:.1f}, "
+                                         f"mixit {m_lo:.1f}->{m_hi:.1f}", r_hi <= r_lo - 30 and m_hi >= m_lo - 10))
+    if not claims:
+        claims.append(Claim("depth", "depth accuracy not measured", None))
     if len(t7) and {"random", "mixit"} <= set(t7["variant"]):
         growth = {}
         for v in ("random", "mixit"):
             rows = t7[t7["variant"] == v].sort_values("depth")
             growth[v] = rows["covariance"].iloc[-1] / rows["covariance"].iloc[0]
         lo, hi = t7["depth"].min(), t7["depth"].max()
-        verdicts.append(growth["random"] >= 10 and growth["mixit"] <= 2)
-        text = f"covariance growth depth {lo}->{hi}: random x{growth['random']:.1f}, mixit x{growth['mixit']:.1f}"
-        # Controls (e.g. "mixit, no sink") are context for the reader, not part of the verdict.
+        widths = "/".join(str(int(w)) for w in sorted(t7["d_model"].dropna().unique())) if "d_model" in t7 else "?"
+        # The verdict is on MixiT as the authors build it, with a sink head in every layer; a control
+        # without them (e.g. "mixit, no sink") is reported beside it and does not change it.
+        text = (f"covariance growth depth {lo}->{hi} at width {widths}: random x{growth['random']:.1f}, "
+                f"mixit (with sink heads, as the authors' model) x{growth['mixit']:.1f}")
         for label in sorted(set(t7["variant"]) - set(VARIANTS)):
             rows = t7[t7["variant"] == label].sort_values("depth")
             text += f" ({label}: covariance {rows['covariance'].iloc[0]:.2g} -> {rows['covariance'].iloc[-1]:.2g})"
-        parts.append(text)
+        claims.append(Claim("covariance", text, growth["random"] >= 10 and growth["mixit"] <= 2))
     else:
-        parts.append("covariance not measured")
-    return "; ".join(parts), (all(verdicts) if verdicts else None)
+        claims.append(Claim("covariance", "covariance not measured", None))
+    return claims
 
 
 # Finding 6 on the task-aligned score (analysis.heads.task_induction_scores) of each variant's top head.
@@ -389,14 +557,15 @@ def _induction_row(ind: pd.DataFrame, variant: str) -> dict[str, Any] | None:
     return rows.iloc[0].to_dict() if len(rows) else None
 
 
-def _f6(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+def _f6(t: dict[str, pd.DataFrame]) -> list[Claim]:
     ind = t["induction"]
     q, m = _induction_row(ind, "frozen_qk"), _induction_row(ind, "mixit")
     if q is None or m is None:
-        return _missing(*[f"task-aligned induction of an analysed {v} k-hop run"
-                          for v, r in (("frozen_qk", q), ("mixit", m)) if r is None])
+        return [Claim("induction", _missing(*[f"task-aligned induction of an analysed {v} k-hop run"
+                                              for v, r in (("frozen_qk", q), ("mixit", m)) if r is None]), None)]
     if pd.isna(q["ablation_drop"]) or pd.isna(q["task_shuffled"]):
-        return _missing("frozen_qk's " + ("ablation result" if pd.isna(q["ablation_drop"]) else "shuffled-source control"))
+        return [Claim("induction", _missing("frozen_qk's " + ("ablation result" if pd.isna(q["ablation_drop"])
+                                                               else "shuffled-source control")), None)]
     above_chance = (q["task_score"] >= INDUCTION_MIN_RATIO * q["task_chance"]
                     and q["task_score"] >= q["task_chance"] + INDUCTION_MIN_MARGIN)
     follows_tokens = q["task_score"] >= q["task_shuffled"] + INDUCTION_MIN_MARGIN
@@ -408,47 +577,104 @@ def _f6(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
     if pd.notna(q.get("repeat_score")) and pd.notna(m.get("repeat_score")):
         text += (f"; repeated tokens: frozen_qk {q['repeat_score']:.2f}, mixit {m['repeat_score']:.2f} "
                  f"(chance {q['repeat_chance']:.2f})")
-    return text, ok
+    return [Claim("induction", text, ok)]
 
 
-def _f7(t: dict[str, pd.DataFrame]) -> tuple[str, bool | None]:
+# Finding 7 against the stage's own noise: the speed stage times every variant in turn, block by block,
+# and the saving counts only where it exceeds the spread of the per-block savings (max - min). Across
+# six runs of the quick preset frozen_qk's saving ranged from 8.4% slower to 9.7% faster, so any positive
+# margin is not enough.
+def _f7(t: dict[str, pd.DataFrame]) -> list[Claim]:
     sp = t["speed"]
-    q, m = _get(sp, "faster_pct", variant="frozen_qk"), _get(sp, "faster_pct", variant="mixit")
-    if q is None or m is None:
-        return _missing("speed measurement")
-    return f"per sample faster than standard: frozen_qk {q:.1f}%, mixit {m:.1f}%", q > 0 and m > 0
+    claims = []
+    for v in ("frozen_qk", "mixit"):
+        faster = _get(sp, "faster_pct", variant=v)
+        if faster is None:
+            claims.append(Claim(v, f"{v} " + _missing("speed measurement"), None))
+            continue
+        spread = _get(sp, "faster_pct_spread", variant=v) if "faster_pct_spread" in sp else None
+        if spread is None or math.isnan(spread):
+            claims.append(Claim(v, f"{v} {faster:.1f}% faster, not measured: no spread over repeats recorded", None))
+        elif faster > spread:
+            claims.append(Claim(v, f"{v} {faster:.1f}% faster (spread over repeats {spread:.1f})", True))
+        else:
+            claims.append(Claim(v, f"{v} {faster:.1f}% faster: within noise (spread over repeats {spread:.1f})", False))
+    return claims
 
 
-FINDINGS: list[tuple[str, str, Callable[[dict], tuple[str, bool | None]]]] = [
+FINDINGS: list[tuple[str, str, Callable[[dict], list[Claim]]]] = [
     ("Retrieval needs learned attention (Table 1)",
-     "retrieval: standard and frozen_mlp >= 90%, frozen_qk within 10 points of standard, mixit >= 30 points below "
-     "frozen_qk; k-hop: standard >= frozen_qk - 1 and frozen_qk >= mixit + 10", _f1),
+     f"medians over seeds (a seed over {STUCK_POINTS:.0f} points below its median is reported as stuck); retrieval: "
+     "standard and frozen_mlp >= 90%, frozen_qk within 10 points of standard, mixit >= 30 points below frozen_qk; "
+     "k-hop: standard >= frozen_qk - 1 and frozen_qk >= mixit + 10", _f1),
     ("Language modeling ordering (Table 2)",
      "log-ppl standard < frozen_qk < mixit, and frozen_qk - standard < half of mixit - standard", _f2),
     ("MixiT matches standard on algorithmic tasks (Table 3)",
-     "|mixit - standard| <= 5 points on addition, dyck, modadd and memorize; sentiment: mixit >= standard - 5", _f3),
-    ("Memorization capacity (Table 4)",
-     "measured only at capacity: for every variant, accuracy at the largest n < 99% and bits per trainable parameter "
-     "at the largest n within 10% of those at the next smaller n; then bits per trainable parameter: standard > "
-     "frozen_qk, mixit > "
-     "frozen_mlp, frozen_qk and mixit within 25% of each other", _f4),
+     f"per task, medians over seeds: mixit >= standard - {F3_MARGIN:.0f} points on addition, dyck, modadd, memorize "
+     f"and sentiment; a task is measured only with >= {100 / F3_MAX_ITEM_POINTS:.0f} held-out items, and a memorize "
+     "set only where standard or mixit does not store every key", _f3),
+    ("Memorization (Table 4)",
+     "in each regime, bits per trainable parameter ordered as the paper's: standard above frozen_qk and mixit by more "
+     "than the seed spread, both above frozen_mlp, frozen_qk and mixit within 25% of each other. Paper regime: the "
+     "largest dataset size that standard stores completely. At capacity: for every variant, accuracy at the "
+     "largest n < 99% and bits per trainable parameter within 10% of those at the next smaller n", _f4),
     ("Depth: random collapses, MixiT holds (Tables 6, 7)",
-     "addition from the shallowest to the deepest model: random loses >= 30 points, mixit <= 10; last-layer token "
-     "covariance at init grows >= 10x for random and <= 2x for mixit", _f5),
+     "addition from the shallowest to the deepest model: random loses >= 30 points, mixit <= 10 (medians); last-layer "
+     "token covariance at init grows >= 10x for random and <= 2x for mixit with its sink heads (the authors' model)",
+     _f5),
     ("Induction heads need learned attention",
      "on k-hop's own inputs, frozen_qk's head with the most attention on the answer's source: score >= 3x chance, "
      ">= chance + 0.1 and >= its score on shuffled sources + 0.1, and mean-ablating it costs >= 10 points of "
      "accuracy; mixit's top score < 2x chance", _f6),
     ("Frozen QK and MixiT train faster",
-     "per-sample training time of frozen_qk and of mixit below standard's", _f7),
+     "per-sample training time saved against standard, for frozen_qk and for mixit, larger than its spread over the "
+     "speed stage's repeats (else: within noise)", _f7),
 ]
 
+# The verdict of a finding, read against the authors' code at the same settings where our numbers fail.
+VERDICTS = {
+    "holds": "holds",
+    "agrees": "does not hold at this size; the authors' code agrees",
+    "reproduction_failure": "does not hold while the authors' code does: a reproduction failure",
+    "no_reference": "does not hold; no reference at these settings",
+    "not_measured": "not measured",
+}
 
-def check_findings(tables: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
+
+def _overall(claims: list[Claim]) -> bool | None:
+    """False if any part fails, True if any holds and none fails, None if nothing was measured."""
+    if any(c.holds is False for c in claims):
+        return False
+    return True if any(c.holds for c in claims) else None
+
+
+def verdict_of(ours: list[Claim], theirs: list[Claim] | None) -> str:
+    """One of VERDICTS' keys: each failing part is paired with the reference's part of the same name."""
+    holds = _overall(ours)
+    if holds is None:
+        return "not_measured"
+    if holds:
+        return "holds"
+    ref = {c.name: c.holds for c in theirs or []}
+    failing = [ref.get(c.name) for c in ours if c.holds is False]
+    if any(r is True for r in failing):
+        return "reproduction_failure"
+    return "agrees" if all(r is False for r in failing) else "no_reference"
+
+
+def check_findings(tables: dict[str, pd.DataFrame],
+                   reference: dict[str, pd.DataFrame] | None = None) -> list[dict[str, Any]]:
+    """Each finding's criterion, our numbers, the authors' code's numbers at the same settings (from
+    `reference`, tables as reference_tables gives them) and the verdict (VERDICTS)."""
     out = []
     for i, (name, criterion, check) in enumerate(FINDINGS, 1):
-        ours, holds = check(tables)
-        out.append({"id": i, "finding": name, "criterion": criterion, "ours": ours, "holds": holds})
+        ours = check(tables)
+        theirs = check(reference) if reference is not None else None
+        measured = [c for c in theirs or [] if c.holds is not None]
+        verdict = verdict_of(ours, theirs)
+        out.append({"id": i, "finding": name, "criterion": criterion, "ours": "; ".join(c.text for c in ours),
+                    "holds": _overall(ours), "verdict": verdict, "verdict_text": VERDICTS[verdict],
+                    "reference": "; ".join(c.text for c in measured) if measured else "none at these settings"})
     return out
 
 
@@ -472,14 +698,16 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 TITLES = {
-    "table1_retrieval": ("Table 1: retrieval and k-hop induction", "Final eval accuracy (%), mean over seeds; "
-                         "paper: 100 / ~100 / 97.0 / 11.2 (standard / frozen_mlp / frozen_qk / mixit) on retrieval."),
+    "table1_retrieval": ("Table 1: retrieval and k-hop induction", "Final eval accuracy (%): mean, spread and median "
+                         "over seeds, and the seeds stuck far below the median; paper: 100 / ~100 / 97.0 / 11.2 (standard / frozen_mlp / frozen_qk / mixit) on retrieval."),
     "table2_lm": ("Table 2: language modeling", "Validation log-perplexity (nats per token; lower is better). "
                   "The paper's numbers are on WikiText-103 at 12 layers, ours on the corpus named below."),
     "table3_tasks": ("Table 3: algorithmic tasks and sentiment", "Final eval accuracy (%), mean over seeds; the "
                      "paper's sentiment numbers are on Yelp reviews, ours on the corpus named below."),
-    "table4_memorize": ("Table 4: memorization capacity", "Most bits stored over the dataset sizes trained, per "
-                        "trainable parameter (a lower bound unless the largest dataset was not fully memorized)."),
+    "table4_memorize": ("Table 4: memorization", "Bits stored per trainable parameter, mean over seeds, in two "
+                        "regimes: `fixed` is the paper's (the largest dataset size that standard stores completely, so "
+                        "its bits measure the data as much as the model), `capacity` the largest size trained (a "
+                        "capacity only where no variant stores it; see finding 4)."),
     "table4_memorize_sizes": ("Memorization per dataset size", "Accuracy and bits for every n (keys = n^d)."),
     "table6_depth": ("Table 6: addition accuracy vs depth", "Final eval accuracy (%)."),
     "table7_signal": ("Table 7: token covariance vs depth at initialisation",
@@ -527,18 +755,20 @@ def precision_line(runs: pd.DataFrame) -> str:
 
 
 def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[str, Any],
-                 figures_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """Write report.md, findings.csv and one CSV per table into report_dir; return the findings."""
+                 figures_dir: str | Path | None = None,
+                 reference: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Write report.md, findings.csv and one CSV per table into report_dir; return the findings.
+
+    `reference`: the authors' code's records (reproduce.reference; default: the recorded file)."""
     runs_dir, report_dir = Path(runs_dir), Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     tables = build_tables(runs_dir)
-    findings = check_findings(tables)
+    findings = check_findings(tables, reference_tables(runs_dir, reference))
     for name, df in {**tables, "findings": pd.DataFrame(findings)}.items():
         with atomic_file(report_dir / f"{name}.csv") as fh:
             df.to_csv(fh, index=False)
 
     runs = load_runs(runs_dir)
-    verdict = {True: "holds", False: "does not hold", None: "not measured"}
     lines = [
         f"# Reproduction report: preset `{manifest.get('preset')}`",
         "",
@@ -557,9 +787,15 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
         lines.append("No run of this preset measures one of the paper's findings"
                      + (" (its grid models are under \"Beyond the paper\" below)." if len(tables.get(BEYOND, ())) else "."))
     else:
-        lines += ["| # | finding | criterion | ours | verdict |", "|---|---|---|---|---|"]
+        lines += ["Each verdict reads our numbers against the criterion; where they fail it, the same criterion is "
+                  "applied to the authors' own training code run at the same settings (`benchmarks/authors_reference.py`, "
+                  "recorded in `reproduce/authors_reference.json`), to tell a claim that does not show at this size "
+                  "from a reproduction that fails.", "",
+                  "| # | finding | criterion | ours | authors' code, same settings | verdict |",
+                  "|---|---|---|---|---|---|"]
         for f in findings:
-            lines.append(f"| {f['id']} | {f['finding']} | {f['criterion']} | {f['ours']} | **{verdict[f['holds']]}** |")
+            lines.append(f"| {f['id']} | {f['finding']} | {f['criterion']} | {f['ours']} | {f['reference']} "
+                         f"| **{f['verdict_text']}** |")
     lines.append("")
     for name, df in tables.items():
         title, caption = TITLES[name]

@@ -237,14 +237,41 @@ def test_measure_throughput_has_the_speed_csv_columns():
                             vocab=8, steps=1, repeats=1, warmup=0, device="cpu")
     assert list(df.columns) == SPEED_COLUMNS == [
         "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-        "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device"]
+        "relative_to_standard", "relative_spread", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device"]
     assert list(df["variant"]) == ["standard", "mixit"] and (df["tokens_per_s"] > 0).all()
-    assert df.loc[0, "relative_to_standard"] == 0.0
+    assert df.loc[0, "relative_to_standard"] == 0.0 and df.loc[0, "relative_spread"] == 0.0
     assert np.isclose(df.loc[1, "relative_to_standard"], df.loc[1, "ms_per_sample"] / df.loc[0, "ms_per_sample"] - 1)
+    assert df.loc[1, "relative_spread"] == 0.0  # one turn: nothing to spread over
     assert math.isnan(measure_throughput(["mixit"], d_model=16, n_layers=1, n_heads=2, seq_len=8, batch_size=2,
                                          vocab=8, steps=1, repeats=1, warmup=0, device="cpu")["relative_to_standard"][0])
     with pytest.raises(ValueError, match="variants"):
         measure_throughput(["nope"])
+
+
+def test_measure_throughput_compares_each_turn_with_standards(monkeypatch):
+    # Block times scripted per variant and turn: a machine slowing down during the stage slows both variants
+    # of a turn alike, so the per-turn ratio (and its spread) stays what the models differ by.
+    import training.benchmark as bench
+
+    scripted = {"standard": [1.0, 2.0, 4.0], "mixit": [0.8, 1.7, 3.0]}
+    calls = []
+
+    def fake_step(variant, *args, **kwargs):
+        return (lambda: None), {"trainable": 1, "frozen": 0, "total": 1, "variant": variant}
+
+    def fake_block(step, steps, device):
+        variant = ("standard", "mixit")[len(calls) % 2]
+        calls.append(variant)
+        return scripted[variant][(len(calls) - 1) // 2]
+
+    monkeypatch.setattr(bench, "training_step", fake_step)
+    monkeypatch.setattr(bench, "block_seconds", fake_block)
+    df = bench.measure_throughput(["standard", "mixit"], d_model=16, n_layers=1, n_heads=2, seq_len=8, batch_size=2,
+                                  vocab=8, steps=1, repeats=3, warmup=0, device="cpu").set_index("variant")
+    assert calls == ["standard", "mixit"] * 3  # variants take turns block by block
+    assert df.loc["mixit", "relative_to_standard"] == pytest.approx(-0.2)  # median of -0.2, -0.15, -0.25
+    assert df.loc["mixit", "relative_spread"] == pytest.approx(0.1)
+    assert df.loc["mixit", "step_ms"] == pytest.approx(1700.0)
 
 
 def test_beyond_figure_labels_grid_models(runs_dir):

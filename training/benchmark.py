@@ -7,14 +7,15 @@
 The one implementation behind `benchmarks/bench_models.py` and the speed table of a reproduction
 (RUNS_DIR/speed/speed.csv, drawn by figures.speed). Every variant gets the same config (seed 0) and
 the same batch; a step runs under the autocast that training uses for `precision` ("auto": bf16 on CUDA). The time per step is
-the median over `repeats` timed blocks of `steps` steps each, after `warmup` untimed steps.
+the median over `repeats` timed blocks of `steps` steps each, after `warmup` untimed steps; the variants
+take turns block by block, and each block is compared with standard's block of the same turn.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 import torch
@@ -25,7 +26,7 @@ from .trainer import autocast_for, pick_device
 
 COLUMNS = [
     "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-    "relative_to_standard", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
+    "relative_to_standard", "relative_spread", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
 ]
 
 
@@ -34,11 +35,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step_seconds(
+def training_step(
     variant: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch_size: int, vocab: int,
-    steps: int, repeats: int, warmup: int, device: torch.device, compile: bool = False, precision: str = "auto",
-) -> tuple[float, dict[str, int]]:
-    """(median seconds per training step, parameter counts) of one variant."""
+    device: torch.device, compile: bool = False, precision: str = "auto",
+) -> tuple[Callable[[], None], dict[str, int]]:
+    """(one training step of a fresh model of `variant` on a fixed random batch, its parameter counts)."""
     cfg = ModelConfig(variant=variant, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_ctx=seq_len,
                       d_vocab=vocab, seed=0)
     model = build_model(cfg).to(device).train()
@@ -53,17 +54,17 @@ def step_seconds(
         loss.backward()
         opt.step()
 
-    for _ in range(warmup):
+    return step, model.parameter_counts()
+
+
+def block_seconds(step: Callable[[], None], steps: int, device: torch.device) -> float:
+    """Mean seconds per step over one block of `steps` steps."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
         step()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        _sync(device)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times), model.parameter_counts()
+    _sync(device)
+    return (time.perf_counter() - t0) / steps
 
 
 def measure_throughput(
@@ -84,8 +85,9 @@ def measure_throughput(
     """One row per variant with the columns COLUMNS (the speed.csv format).
 
     step_ms: median time of one training step; tokens_per_s = batch_size * seq_len / step time;
-    ms_per_sample = step_ms / batch_size; relative_to_standard = ms_per_sample / standard's - 1
-    (negative: faster than standard; NaN when standard is not among `variants`).
+    ms_per_sample = step_ms / batch_size; relative_to_standard = the median over turns of the variant's
+    block time / standard's - 1 (negative: faster than standard; NaN when standard is not among
+    `variants`), relative_spread = the largest minus the smallest of those per-turn ratios (0 for standard).
     """
     variants = list(variants)
     unknown = [v for v in variants if v not in VARIANTS]
@@ -98,18 +100,29 @@ def measure_throughput(
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup={warmup!r} must be a non-negative integer")
     dev = pick_device(str(device))
+    steppers = {v: training_step(v, d_model, n_layers, n_heads, seq_len, batch_size, vocab, dev, compile, precision)
+                for v in variants}
+    for step, _ in steppers.values():
+        for _ in range(warmup):
+            step()
+    # Variants take turns block by block, so a machine that slows down during the stage slows all of them
+    # alike, and the per-block ratios to standard show how much the comparison itself moves.
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(repeats):
+        for v, (step, _) in steppers.items():
+            times[v].append(block_seconds(step, steps, dev))
     rows = []
-    for variant in variants:
-        seconds, counts = step_seconds(variant, d_model, n_layers, n_heads, seq_len, batch_size, vocab, steps,
-                                       repeats, warmup, dev, compile, precision)
+    for variant, (_, counts) in steppers.items():
+        seconds = statistics.median(times[variant])
+        ratios = [t / b - 1 for t, b in zip(times[variant], times.get("standard", []))]
         rows.append({
             "variant": variant, "params_trainable": counts["trainable"], "params_frozen": counts["frozen"],
             "step_ms": seconds * 1e3, "tokens_per_s": batch_size * seq_len / seconds,
             "ms_per_sample": seconds * 1e3 / batch_size,
+            "relative_to_standard": statistics.median(ratios) if ratios else float("nan"),
+            "relative_spread": max(ratios) - min(ratios) if ratios else float("nan"),
             "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "seq_len": seq_len,
             "batch_size": batch_size, "device": str(dev),
         })
     df = pd.DataFrame(rows)
-    base = df.loc[df["variant"] == "standard", "ms_per_sample"]
-    df["relative_to_standard"] = df["ms_per_sample"] / float(base.iloc[0]) - 1 if len(base) else float("nan")
     return df[COLUMNS]

@@ -1,0 +1,95 @@
+"""The authors' own training code at our studies' settings: the reference each finding's verdict is read against.
+
+    from reproduce.reference import load_reference, reference_runs
+    records = load_reference()            # reproduce/authors_reference.json
+    theirs = reference_runs(records, ours)  # their finished runs as rows of analysis.runs.COLUMNS
+
+`benchmarks/authors_reference.py` writes the records: one per run of the authors' scripts (their
+commit, command, date and machine included) at the settings of one of our preset studies. A record
+counts for a report only where its settings (task and its parameters, width, layers, heads, steps,
+batch size, learning rate) equal those of a finished run of ours of the same variant, so a reference
+measured at other settings never stands in for these.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.runs import COLUMNS, task_label
+from models.files import read_json
+
+REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
+
+# Settings that must match between a record and a run of ours (seeds are repeats, not settings).
+SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
+
+# Labels of the authors' runs that are none of our variants, and the variant of ours whose settings they share.
+# "mixit_weight_frozen": MixiT as their depth script trains it by default (only embeddings and readout train).
+ALIASES = {"mixit_weight_frozen": "mixit"}
+
+
+def load_reference(path: str | Path = REFERENCE_FILE) -> list[dict[str, Any]]:
+    """The records of the reference file ([] when there is none); ValueError naming the file if malformed."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = read_json(path)
+    records = data.get("records") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"{path}: expected {{'records': [...]}} with one mapping per run")
+    return records
+
+
+def _key(values: dict[str, Any]) -> tuple:
+    """Settings as a comparable tuple (floats rounded, so 3e-3 read from YAML equals 0.003 from JSON)."""
+    out = []
+    for name in SETTINGS:
+        v = values.get(name)
+        if isinstance(v, float) and math.isfinite(v):
+            v = float(f"{v:.6g}")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = float(v) if name == "lr" else int(v)
+        out.append(v)
+    return tuple(out)
+
+
+def _fraction(x: Any) -> float | None:
+    """An accuracy as a fraction: records may give percent (the `value` of an accuracy metric) or fraction."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    x = float(x)
+    return x / 100 if x > 1 else x
+
+
+def record_row(rec: dict[str, Any]) -> dict[str, Any]:
+    """One record as a finished run (analysis.runs.COLUMNS, plus its memorization result under "memory")."""
+    params = dict(rec.get("task_params") or {})
+    row: dict[str, Any] = {c: None for c in COLUMNS}
+    accuracy = _fraction(rec.get("accuracy", rec.get("value") if rec.get("metric") == "accuracy" else None))
+    study = str(rec.get("study") or "")
+    row.update(
+        run=f"authors/{study}/{rec.get('variant')}/seed{rec.get('seed')}", group=study.split("-", 1)[0], study=study,
+        variant=rec.get("variant"), task=rec.get("task"), task_params=params,
+        task_label=task_label(str(rec.get("task")), params), status="finished", eval_acc=accuracy,
+        eval_loss=rec.get("eval_loss"), params_trainable=rec.get("params_trainable"), precision="fp32",
+        **{k: rec.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size")},
+    )
+    bpp = rec.get("bits_per_trainable_param")
+    row["memory"] = None if bpp is None else {
+        "accuracy": accuracy, "bits_per_trainable_param": float(bpp), "params_trainable": rec.get("params_trainable"),
+        "bits": rec.get("bits", float(bpp) * float(rec.get("params_trainable") or 0) or None)}
+    row["eval_items"] = rec.get("eval_items")
+    return row
+
+
+def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> pd.DataFrame:
+    """The records whose settings equal a finished run of ours of the same variant, as finished runs."""
+    finished = ours[ours["status"] == "finished"] if len(ours) else ours
+    mine = {(v, *_key(r)) for v, r in zip(finished.get("variant", []), finished.to_dict("records"))}
+    rows = [row for row in map(record_row, records)
+            if (ALIASES.get(row["variant"], row["variant"]), *_key(row)) in mine]
+    return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
