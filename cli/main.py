@@ -93,9 +93,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
                         help="also send the metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases "
                              "(offline unless logged in); metrics.jsonl stays the source of truth")
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
-                        help="auto: bf16 autocast on CUDA, fp32 elsewhere; bf16: autocast on a CPU too "
-                             "(faster only where its bf16 matmuls beat fp32: benchmarks/bench_step.py); "
-                             "fp32: full precision everywhere")
+                        help="auto: bf16 autocast on CUDA, fp32 elsewhere; fast: as auto, but bf16 on a CPU "
+                             "whose bf16 matmuls measure >= 1.25x fp32's (measured once per machine); bf16: "
+                             "autocast on any CPU too; fp32: full precision everywhere")
     parser.add_argument("--bidirectional", action="store_true", help="non-causal attention")
 
 

@@ -34,8 +34,8 @@ def register(subparsers) -> None:
                    help="labelled sentences for sentiment (default: ../shared/data Yelp sentences, else "
                         "1,000 Yelp reviews from the Hub)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="training precision of every run, over the preset's (quick: bf16, which pays on CPUs "
-                        "with fast bf16 matmuls; fp32 elsewhere: see the README's Benchmarks)")
+                   help="training precision of every run, over the preset's (quick: fast, i.e. bf16 where this "
+                        "CPU's bf16 matmuls beat fp32, else fp32; see mixit train --help)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--tracker", choices=TRACKERS, default="none",

@@ -180,6 +180,14 @@ def train_stage(runs: list[Run], out: Path, executor: Executor, progress: bool, 
         costs[name] = run_cost(cfg, mcfg.n_ctx, mcfg.d_vocab)
         todo.append(name)
     todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers
+    fast = [by for by in (dict(runs)[n] for n in todo) if by.precision == "fast"]
+    if fast:  # measured here, once, so that every worker reads the same decision (training.trainer)
+        from training.trainer import cpu_bf16_speedup, pick_device, resolve_precision
+
+        device = pick_device(fast[0].device)
+        if device.type == "cpu":
+            log(f"precision fast: {resolve_precision('fast', device)} on this CPU (bf16 matmuls measure "
+                f"{cpu_bf16_speedup():.1f}x fp32's)")
     where = (f"on {executor.workers} worker(s)" if executor.kind == "pool" else
              f"as Ray tasks ({executor.address or 'local Ray'}, {executor.cpus_per_run:g} CPU(s) each)")
     log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")

@@ -93,3 +93,56 @@ def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> pd.Data
     rows = [row for row in map(record_row, records)
             if (ALIASES.get(row["variant"], row["variant"]), *_key(row)) in mine]
     return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
+
+
+END_TO_END_COLUMNS = ["task", "variant", "d_model", "n_layers", "n_heads", "steps", "metric", "ours", "ours_median",
+                      "theirs", "theirs_median", "difference", "spread", "beyond_spread"]
+
+
+def _metric(row: dict[str, Any]) -> tuple[str, float | None]:
+    """What a run is compared on: bits per trainable parameter for memorization studies, else accuracy (%)."""
+    memory = row.get("memory")
+    if row.get("task") == "memorize" and row.get("group") == "memorize":
+        if not isinstance(memory, dict) and isinstance(row.get("path"), str):
+            from analysis.runs import read_analysis
+
+            memory = ((read_analysis(row["path"]) or {}).get("summary") or {}).get("memory")
+        value = (memory or {}).get("bits_per_trainable_param")
+        return "bits/param", None if value is None else float(value)
+    acc = row.get("eval_acc")
+    return "accuracy %", None if acc is None or pd.isna(acc) else 100 * float(acc)
+
+
+def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Our finished runs beside the authors' code's at the same settings, one row per setting and variant:
+    per-seed values of both, their medians, the difference (ours - theirs) and whether it exceeds the seed
+    spread (the larger of the two sides' ranges over seeds)."""
+    theirs = reference_runs(records, ours)
+    if theirs.empty:
+        return pd.DataFrame(columns=END_TO_END_COLUMNS)
+    mine = ours[ours["status"] == "finished"]
+    rows = []
+    keys = ["task_label", "variant", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr"]
+    for key, group in theirs.groupby(keys, sort=False, dropna=False):
+        where = dict(zip(keys, key))
+        variant = ALIASES.get(where["variant"], where["variant"])
+        same = mine[(mine["variant"] == variant)
+                    & mine.apply(lambda r: _key(r.to_dict()) == _key(where), axis=1)]
+        metric = _metric(group.iloc[0].to_dict())[0]
+        side = {}
+        for name, runs in (("theirs", group), ("ours", same if where["variant"] == variant else same.iloc[0:0])):
+            values = [(r["seed"], _metric(r)[1]) for r in runs.to_dict("records")]
+            side[name] = sorted((int(s), v) for s, v in values if v is not None)
+        med = {k: (float(pd.Series([v for _, v in side[k]]).median()) if side[k] else None) for k in side}
+        spread = max((max(v for _, v in side[k]) - min(v for _, v in side[k]) for k in side if side[k]), default=0.0)
+        diff = None if None in med.values() else med["ours"] - med["theirs"]
+        digits = 3 if metric == "bits/param" else 1
+        rows.append({
+            "task": where["task_label"], "variant": where["variant"], "d_model": where["d_model"],
+            "n_layers": where["n_layers"], "n_heads": where["n_heads"], "steps": where["steps"], "metric": metric,
+            "ours": " / ".join(f"{v:.{digits}f}" for _, v in side["ours"]) or "—", "ours_median": med["ours"],
+            "theirs": " / ".join(f"{v:.{digits}f}" for _, v in side["theirs"]), "theirs_median": med["theirs"],
+            "difference": diff, "spread": spread,
+            "beyond_spread": None if diff is None else bool(abs(diff) > spread),
+        })
+    return pd.DataFrame(rows, columns=END_TO_END_COLUMNS)

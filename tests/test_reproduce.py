@@ -582,6 +582,14 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     # A learning rate written as 3e-3 in YAML and 0.003 in JSON is the same setting; 1e-2 is not.
     assert len(reference_runs([record("standard", 100.0, lr=3e-3)], load_runs(tmp_path))) == 1
     assert len(reference_runs([record("standard", 100.0, lr=1e-2)], load_runs(tmp_path))) == 0
+    # Side by side, per setting and variant: per-seed values, medians, and whether they differ beyond the spread.
+    from reproduce.reference import end_to_end
+
+    e2e = end_to_end(load_runs(tmp_path), records).set_index("variant")
+    assert list(e2e.index) == ["standard", "mixit"]
+    assert e2e.loc["standard", "ours"] == "90.5" and e2e.loc["standard", "theirs"] == "100.0 / 100.0"
+    assert e2e.loc["standard", "difference"] == pytest.approx(-9.5) and bool(e2e.loc["standard", "beyond_spread"])
+    assert e2e.loc["mixit", "spread"] == pytest.approx(2.0) and not e2e.loc["mixit", "beyond_spread"]  # 66.0 vs 65.4
     # MixiT as the authors' depth script trains it shares our mixit run's settings.
     assert list(reference_runs([record("mixit_weight_frozen", 20.0, n_heads=16)], load_runs(tmp_path))["variant"]) == \
         ["mixit_weight_frozen"]

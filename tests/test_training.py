@@ -324,3 +324,31 @@ def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, caus
     with model.hooks(fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: z)]):
         trainer_mod.masked_logits(model, tokens, mask)
     assert calls == [(task.seq_len, 0)]
+
+
+def test_fast_precision_takes_bf16_only_where_it_pays_and_decides_once_per_machine(tmp_path, monkeypatch):
+    import training.trainer as trainer
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: True)
+    for speedup, expected in ((2.0, "bf16"), (1.1, "fp32")):
+        monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
+        (tmp_path / "mixit-lab" / "bf16_speedup.json").unlink(missing_ok=True)
+        monkeypatch.setattr(trainer, "_measure_bf16_speedup", lambda s=speedup: s)
+        assert trainer.resolve_precision("fast", cpu) == expected
+    # The measurement is kept per machine: a new process reads it instead of measuring again.
+    monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
+
+    def no_measuring():
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(trainer, "_measure_bf16_speedup", no_measuring)
+    assert trainer.cpu_bf16_speedup() == 1.1 and trainer.resolve_precision("fast", cpu) == "fp32"
+    # Without native bf16 it is fp32 whatever a measurement would say; other precisions are unchanged.
+    monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
+    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
+    assert trainer.resolve_precision("fast", cpu) == "fp32" and trainer.cpu_bf16_speedup() == 0.0
+    assert trainer.resolve_precision("auto", cpu) == "fp32" and trainer.resolve_precision("bf16", cpu) == "bf16"
+    assert trainer.resolve_precision("fast", torch.device("meta")) == "fp32"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import platform
 import shlex
 import subprocess
@@ -46,7 +47,11 @@ from .tasks import Task, TrainStream, get_task
 from .trackers import open_tracker
 
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fast")
+# "fast" picks bf16 autocast on a CPU only where this machine's bf16 matmuls beat fp32 by this factor
+# (cpu_bf16_speedup): on an AMD EPYC with avx512_bf16 they ran 2-5x fp32, on an Intel Xeon without AMX
+# slower than fp32. The margin keeps a machine near parity on fp32, the reference arithmetic.
+BF16_MIN_SPEEDUP = 1.25
 
 
 class TrainingDiverged(RuntimeError):
@@ -81,7 +86,8 @@ class TrainConfig:
     device: str = "auto"
     compile: bool = False
     keep_checkpoints: int = 0  # keep the model at 0 and at this many log-spaced steps up to the last (training dynamics)
-    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, or bf16 (autocast, CPU too)
+    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, bf16 (autocast, CPU too), or
+    # fast (auto, but bf16 on a CPU whose bf16 matmuls measure >= BF16_MIN_SPEEDUP x fp32's)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # JSON round trip gives a list
@@ -181,10 +187,13 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """"fp32" or "bf16" for a TrainConfig.precision on `device` ("auto": bf16 on CUDA, fp32 elsewhere)."""
+    """"fp32" or "bf16" for a TrainConfig.precision on `device` ("auto": bf16 on CUDA, fp32 elsewhere;
+    "fast": as auto, but bf16 on a CPU where it pays, see cpu_bf16_speedup)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
-    if precision == "auto":
+    if precision == "fast" and device.type == "cpu":
+        return "bf16" if cpu_has_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"
+    if precision in ("auto", "fast"):
         return "bf16" if device.type == "cuda" else "fp32"
     if precision == "bf16" and device.type not in ("cpu", "cuda"):
         raise ValueError(f"precision='bf16' is supported on cpu and cuda, not {device.type}; use fp32")
@@ -197,6 +206,68 @@ def cpu_has_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _measure_bf16_speedup(rounds: int = 7) -> float:
+    """fp32 time / bf16 time of matmuls of a width-64 to 256 model's training shapes, median over rounds
+    that alternate the two, on one thread (a property of the core, and what each preset worker uses)."""
+    shapes = ((2048, 64, 256), (2048, 256, 64), (512, 256, 1024))
+    pairs = {dt: [(torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)) for m, k, n in shapes]
+             for dt in (torch.float32, torch.bfloat16)}
+
+    def seconds(dtype: torch.dtype) -> float:
+        t0 = time.perf_counter()
+        for _ in range(5):
+            for a, b in pairs[dtype]:
+                a @ b
+        return time.perf_counter() - t0
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds(torch.float32), seconds(torch.bfloat16)  # warm-up
+        ratios = sorted(seconds(torch.float32) / seconds(torch.bfloat16) for _ in range(rounds))
+    finally:
+        torch.set_num_threads(threads)
+    return ratios[len(ratios) // 2]
+
+
+_BF16_SPEEDUP: dict[str, float] = {}
+
+
+def cpu_bf16_speedup() -> float:
+    """How many times faster this CPU's bf16 matmuls run than its fp32 ones (0.0 without native bf16).
+
+    Measured once per machine and torch version, and kept in
+    $XDG_CACHE_HOME/mixit-lab/bf16_speedup.json (default ~/.cache): every run on one machine then
+    decides alike, even where a measurement would land near BF16_MIN_SPEEDUP."""
+    key = f"{_cpu_name()} | torch {torch.__version__}"
+    if key in _BF16_SPEEDUP:
+        return _BF16_SPEEDUP[key]
+    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mixit-lab" / "bf16_speedup.json"
+    try:
+        known = read_json(path) if path.is_file() else {}
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known.get(key), (int, float)):
+        known[key] = _measure_bf16_speedup() if cpu_has_bf16() else 0.0
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, known)
+        except OSError:
+            pass  # a read-only home: measured again by the next process
+    _BF16_SPEEDUP[key] = float(known[key])
+    return _BF16_SPEEDUP[key]
 
 
 # glibc malloc settings of keep_freed_memory(), by tunable name (also usable as GLIBC_TUNABLES=glibc.malloc.NAME=...).
