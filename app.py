@@ -39,7 +39,8 @@ SHOWN_EVAL_SAMPLES = 64
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="app.py", description="MixiT Lab explorer (streamlit run app.py -- --runs DIR)")
+    parser = argparse.ArgumentParser(prog="app.py", description="MixiT Lab explorer (streamlit run app.py -- --runs DIR)",
+                                     allow_abbrev=False)
     parser.add_argument("--runs", default=DEFAULT_RUNS, help=f"runs directory (default: {DEFAULT_RUNS})")
     args, _ = parser.parse_known_args(argv)
     return args

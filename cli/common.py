@@ -15,7 +15,13 @@ class CLIError(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but errors are a single line that points at --help."""
+    """argparse, but errors are a single line that points at --help, and an option must be spelled out:
+    an abbreviation (`--d-mod` for `--d-model`) is refused, because code that looks for the literal option
+    (the sweep's explicit-option check, the torchrun relaunch) would otherwise accept it and ignore it."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         raise CLIError(f"{self.prog}: error: {message} (see {self.prog} --help)")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from figures import FIGURE_NAMES, draw_and_list
 
-parser = argparse.ArgumentParser(prog="python -m figures", description="Draw the figures of a directory of runs.")
+parser = argparse.ArgumentParser(prog="python -m figures", description="Draw the figures of a directory of runs.",
+                                 allow_abbrev=False)
 parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
 parser.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
 parser.add_argument("--only", nargs="+", choices=FIGURE_NAMES, metavar="NAME", help=", ".join(FIGURE_NAMES))

@@ -200,7 +200,8 @@ def run_one(name: str, plot: Callable[[Path], Figure], argv: Sequence[str] | Non
     """`python -m figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
     from .style import save
 
-    p = argparse.ArgumentParser(prog=f"python -m figures.{name}", description=f"Draw the {name} figure.")
+    p = argparse.ArgumentParser(prog=f"python -m figures.{name}", description=f"Draw the {name} figure.",
+                                allow_abbrev=False)
     p.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
     args = p.parse_args(argv)

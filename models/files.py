@@ -16,6 +16,20 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back: there is no other portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _usual_mode(path: Path, directory: bool) -> None:
+    """Give a temporary file or directory the mode `open()` or `mkdir()` would have: mkstemp and mkdtemp
+    make them private (0600 / 0700), which would keep checkpoints and reports from other accounts on a
+    shared file system whatever the user's umask says."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Yield a file handle whose contents replace `path` in one rename when the block ends without error.
@@ -26,6 +40,7 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        _usual_mode(Path(tmp), directory=False)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
         os.replace(tmp, path)
@@ -72,6 +87,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        _usual_mode(tmp, directory=True)
         yield tmp
         _fsync_tree(tmp)
         new = tmp.with_name(tmp.name.replace(".tmp-", ".new-", 1))
