@@ -1,4 +1,7 @@
-"""`mixit app [DIR] [--port N]`: open the Streamlit explorer (app.py) on a directory of runs.
+"""`mixit app [DIR] [--port N] [--host H]`: open the Streamlit explorer (app.py) on a directory of runs.
+
+It serves on 127.0.0.1 unless --host says otherwise: the explorer shows run provenance (commands, paths,
+commit, platform) and loads models on request, which is nothing to offer everyone on the network.
 
 app.py sits at the repository root, beside the packages, not inside one: the command finds it next
 to this package, so it works from a source checkout or an editable install (`pip install -e .`);
@@ -8,6 +11,7 @@ a wheel installed elsewhere has no app.py and gets a one-line error saying so.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -15,6 +19,7 @@ from pathlib import Path
 from .common import CLIError
 
 DEFAULT_DIR = Path("checkpoints")
+DEFAULT_HOST = "127.0.0.1"
 APP_FILE = Path(__file__).resolve().parent.parent / "app.py"
 
 
@@ -30,11 +35,26 @@ def register(subparsers) -> None:
                    help=f"runs directory, e.g. runs/smoke after `mixit reproduce --preset smoke` (default: {DEFAULT_DIR})")
     p.add_argument("--port", type=int, default=None,
                    help="port to serve on (default: Streamlit's, 8501 or the next free one)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to serve on (default: {DEFAULT_HOST}, this machine only; 0.0.0.0: every interface, "
+                        "so anyone who can reach this machine can browse the runs)")
     p.add_argument("--headless", action="store_true", help="do not open a browser window")
 
 
-def streamlit_command(runs: Path, port: int | None = None, headless: bool = False, app: Path = APP_FILE) -> list[str]:
-    """The command line that serves app.py on `runs` (checked: the directory and app.py exist, the port is valid)."""
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or "localhost") reaches this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def streamlit_command(runs: Path, port: int | None = None, headless: bool = False, app: Path = APP_FILE,
+                      host: str = DEFAULT_HOST) -> list[str]:
+    """The command line that serves app.py on `runs` at host:port (checked: the directory and app.py exist,
+    the port is valid)."""
     if not runs.is_dir():
         what = "is not a directory" if runs.exists() else "does not exist"
         raise CLIError(f"mixit app: error: runs directory {str(runs)!r} {what} "
@@ -46,6 +66,9 @@ def streamlit_command(runs: Path, port: int | None = None, headless: bool = Fals
                        "install (pip install -e .), where app.py sits beside the packages")
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false",
            "--client.toolbarMode", "minimal"]
+    if not host.strip():
+        raise CLIError("mixit app: error: --host='' is empty; give an address such as 127.0.0.1 or 0.0.0.0")
+    cmd += ["--server.address", host]
     if port is not None:
         cmd += ["--server.port", str(port)]
     if headless:
@@ -57,7 +80,10 @@ def streamlit_command(runs: Path, port: int | None = None, headless: bool = Fals
 def cmd_app(args: argparse.Namespace) -> int:
     """Become the Streamlit server (exec): SIGTERM, SIGINT and SIGHUP then reach the server itself, and no
     child is left serving after `kill PID`."""
-    cmd = streamlit_command(args.runs, args.port, args.headless)
+    cmd = streamlit_command(args.runs, args.port, args.headless, host=args.host)
+    if not is_loopback(args.host):
+        print(f"mixit app: warning: serving on {args.host}: anyone who can reach this machine can browse these runs "
+              "and make the server load their models", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(cmd[0], cmd)

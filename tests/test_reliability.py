@@ -180,6 +180,46 @@ def test_mixit_app_stops_on_a_signal_and_frees_its_port(tmp_path, sig):
             proc.kill()
 
 
+def _listening_addresses(port: int) -> set[str]:
+    """The IPv4/IPv6 addresses a socket listens on at `port`, from /proc/net/tcp{,6} (Linux)."""
+    found = set()
+    for name, width in (("tcp", 8), ("tcp6", 32)):
+        table = f"/proc/net/{name}"
+        if not os.path.exists(table):
+            continue
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                if width == 8:
+                    found.add(socket.inet_ntop(socket.AF_INET, raw[::-1]))
+                else:  # four little-endian 32-bit words
+                    found.add(socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads the listening sockets from /proc/net/tcp (Linux)")
+@pytest.mark.parametrize("host, expected, warned", [(None, {"127.0.0.1"}, False), ("0.0.0.0", {"0.0.0.0"}, True)])
+def test_mixit_app_listens_on_loopback_unless_told(tmp_path, host, expected, warned):
+    port = _free_port()
+    argv = [sys.executable, "-m", "cli", "app", str(tmp_path), "--port", str(port), "--headless"]
+    proc = subprocess.Popen(argv + (["--host", host] if host else []), cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not _listening_addresses(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "the explorer did not start"
+            time.sleep(0.5)
+        assert _listening_addresses(port) == expected
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert ("warning: serving on 0.0.0.0" in err) == warned
+
+
 # --------------------------------------------------------------------------- checkpoints verify themselves
 def test_flipped_bytes_in_the_weights_are_refused_naming_the_file(tmp_path, capsys):
     from models.checkpoint import CheckpointError
