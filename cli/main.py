@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from models import VARIANTS
+from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
 from training.tasks import TASKS, task_parameters
 from training.trackers import TRACKERS, check_tracker
@@ -306,6 +307,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    one_line_warnings()
     parser = build_parser()
     args = argparse.Namespace(command="")  # until parsed
     try:

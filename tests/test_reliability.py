@@ -353,3 +353,24 @@ def test_abbreviated_options_are_refused_through_the_real_command(tmp_path, argv
     assert done.returncode == EXIT_USAGE, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0] and "unrecognized arguments" in lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--out", "run"],
+    ["sweep", "--tasks", "dyck", "--variants", "standard", "--seeds", "0", "1", "--workers", "2", "--out", "sweep"],
+], ids=["train", "sweep-workers"])
+def test_a_warning_is_one_line_without_library_source(tmp_path, argv):
+    # Dyck with 8 pairs: the first batch overlaps the eval set and TrainStream warns. Python's default format
+    # adds the file, the line number and a line of the library's source under the message.
+    small = ["--max-pairs", "8", "--steps", "2", "--batch-size", "128", "--d-model", "16", "--n-layers", "1",
+             "--n-heads", "2", "--eval-every", "2"]
+    extra = ["--task", "dyck", "--quiet"] if argv[0] == "train" else []
+    done = subprocess.run([sys.executable, "-m", "cli", *argv, *small, *extra],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == EXIT_OK, done.stderr[-2000:]
+    # (a sweep's progress bar may share the line: the warning is what follows it)
+    warned = [line[line.index("TrainStream") - len("warning: "):] for line in done.stderr.splitlines()
+              if "TrainStream" in line]
+    assert warned and all(line.startswith("warning: TrainStream:") and line.endswith("(UserWarning)") for line in warned)
+    assert "warnings.warn(" not in done.stderr and ".py:" not in done.stderr

@@ -23,7 +23,9 @@ import json
 import multiprocessing as mp
 import os
 import re
+import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -229,10 +231,21 @@ def train_one(job: TrainJob) -> dict[str, Any]:
     return {"run": job.name, **summary}
 
 
+def one_line_warnings() -> None:
+    """Print warnings as 'warning: MESSAGE (Category)', one line a user can act on, instead of Python's
+    default, which adds the file, line number and a line of the library's source."""
+    def show(message, category, filename, lineno, file=None, line=None):  # the signature warnings expects
+        print(f"warning: {message} ({category.__name__})", file=file or sys.stderr)
+
+    warnings.showwarning = show
+
+
 def _set_threads(threads: int) -> None:
+    """A worker's setup: its torch threads, and warnings on one line as in the command that started it."""
     import torch
 
     torch.set_num_threads(threads)
+    one_line_warnings()
 
 
 def threads_per_worker(workers: int) -> int:
