@@ -224,7 +224,8 @@ def analysis_stage(runs: list[Run], out: Path, options: AnalysisOptions, workers
     counts = {"computed": 0, "cached": 0, "error": 0}
     bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
     try:
-        for row in pool_map(_analyze_job, jobs, workers):
+        lost = lambda job, error: {"run": job[0], "status": "error", "message": str(error)}  # noqa: E731
+        for row in pool_map(_analyze_job, jobs, workers, lost):
             counts[row["status"]] += 1
             if row["status"] == "error":
                 log(f"  analysis of {row['run']} failed: {row['message']}")

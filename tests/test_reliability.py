@@ -374,3 +374,56 @@ def test_a_warning_is_one_line_without_library_source(tmp_path, argv):
               if "TrainStream" in line]
     assert warned and all(line.startswith("warning: TrainStream:") and line.endswith("(UserWarning)") for line in warned)
     assert "warnings.warn(" not in done.stderr and ".py:" not in done.stderr
+
+
+# --------------------------------------------------------------------------- a worker killed by the system
+def _killed_on_three(x):
+    """A job that SIGKILLs its own worker process on job 3 (what the OOM killer does), else returns x * 10."""
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x * 10
+
+
+def test_a_killed_pool_worker_fails_its_job_and_the_others_finish():
+    from training.sweep import WorkerDied, pool_map
+
+    got = list(pool_map(_killed_on_three, list(range(6)), 2, failed=lambda job, error: (job, error)))
+    assert sorted(r for r in got if isinstance(r, int)) == [0, 10, 20, 40, 50]
+    [(job, error)] = [r for r in got if isinstance(r, tuple)]
+    assert job == 3 and isinstance(error, WorkerDied) and "killed by SIGKILL" in str(error)
+    with pytest.raises(WorkerDied, match="SIGKILL"):  # without a stand-in the death is raised, never waited on
+        list(pool_map(_killed_on_three, [1, 3], 2))
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_worker_is_killed_finishes_the_others_and_exits_1(tmp_path):
+    # A real SIGKILL of the process training one run of a two-worker sweep: it used to wait forever.
+    from training.rundir import LOCK_FILE
+
+    argv = [sys.executable, "-m", "cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
+            "mixit", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--batch-size", "16", "--steps", "3000",
+            "--eval-every", "1000", "--workers", "2", "--seeds", "0", "--out", str(tmp_path / "sweep")]
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        victim = None
+        while victim is None:  # whichever run's writer shows up first, once it is training (its lock names it)
+            assert proc.poll() is None and time.monotonic() < deadline, "no run started"
+            for lock in (tmp_path / "sweep").glob(f"*/{LOCK_FILE}"):
+                pid = lock.read_text().strip()
+                if pid and (lock.parent / "metrics.jsonl").exists():
+                    victim = (lock.parent.name, int(pid))
+                    break
+            time.sleep(0.2)
+        os.kill(victim[1], signal.SIGKILL)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    killed = [line for line in out.splitlines() if victim[0] in line]
+    assert killed and "error" in killed[0], out
+    assert "(1 not finished)" in out
+    summary = (tmp_path / "sweep" / "summary.csv").read_text()
+    assert "WorkerDied: worker process killed by SIGKILL" in summary and summary.count("finished") == 1

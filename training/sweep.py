@@ -21,8 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import re
+import signal
 import sys
 import time
 import warnings
@@ -253,23 +255,121 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> Iterator[Any]:
+class WorkerDied(RuntimeError):
+    """A pool worker process ended (a signal such as the OOM killer's SIGKILL, or an exit) while running a job."""
+
+
+def _worker(fn: Callable[[Any], Any], threads: int, conn: Any) -> None:
+    """A pool worker: run the jobs sent on `conn` one at a time and send back (index, ("ok"|"error", value))."""
+    _set_threads(threads)
+    while True:
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            return
+        if item is None:
+            return
+        index, job = item
+        try:
+            result = ("ok", fn(job))
+        except Exception as e:  # fn's own error: raised again in the parent, as multiprocessing.Pool does
+            result = ("error", e)
+        try:
+            conn.send((index, result))
+        except Exception as e:  # a result or error that does not pickle
+            conn.send((index, ("error", RuntimeError(f"{type(e).__name__}: {e}"))))
+
+
+def _death(process: Any) -> WorkerDied:
+    process.join(timeout=5)
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+        if -code == signal.SIGKILL:
+            how += " (out of memory?)"
+    else:
+        how = f"exited with code {code}"
+    return WorkerDied(f"worker process {how}")
+
+
+def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
+             failed: Callable[[Any, Exception], Any] | None = None) -> Iterator[Any]:
     """fn over jobs on `workers` spawned processes, results in completion order (inline for one).
 
-    The one process pool of the project: sweeps, reproduction and its analysis stage run on it.
-    Leaving the iterator early (Ctrl-C, an error) terminates the workers.
+    The one process pool of the project: sweeps, reproduction and its analysis stage run on it. A worker
+    that dies while running a job (SIGKILL from the OOM killer, say) gives `failed(job, WorkerDied)` for
+    that job (raised when `failed` is None) and is replaced, so the other jobs still run; an exception
+    raised by fn is raised here. Leaving the iterator early (Ctrl-C, an error) stops the workers.
     """
     threads = threads_per_worker(workers)
     if workers <= 1 or len(jobs) <= 1:
         _set_threads(threads)
         yield from map(fn, jobs)
         return
-    pool = mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=_set_threads, initargs=(threads,))
+    ctx = mp.get_context("spawn")
+    todo = list(enumerate(jobs))[::-1]  # popped from the end: jobs start in the order given
+    procs: dict[Any, Any] = {}  # the parent's end of each worker's pipe -> its process
+    running: dict[Any, int] = {}  # pipe -> index of the job it runs
+
+    def start() -> Any:
+        mine, theirs = ctx.Pipe()
+        process = ctx.Process(target=_worker, args=(fn, threads, theirs), daemon=True)
+        process.start()
+        theirs.close()
+        procs[mine] = process
+        return mine
+
+    idle = [start() for _ in range(min(workers, len(jobs)))]
     try:
-        yield from pool.imap_unordered(fn, jobs)
+        while todo or running:
+            while idle and todo:
+                conn = idle.pop()
+                index, job = todo.pop()
+                try:
+                    conn.send((index, job))
+                except OSError:  # it died while idle: replace it, the job waits for the next one
+                    procs.pop(conn).join(timeout=5)
+                    conn.close()
+                    todo.append((index, job))
+                    idle.append(start())
+                    continue
+                running[conn] = index
+            ready = mp.connection.wait([*running, *(procs[c].sentinel for c in running)])
+            for conn in list(running):
+                if conn not in ready and procs[conn].sentinel not in ready:
+                    continue
+                try:
+                    _, (kind, value) = conn.recv()
+                except (EOFError, OSError):  # the worker died with this job
+                    index = running.pop(conn)
+                    error = _death(procs.pop(conn))
+                    conn.close()
+                    if todo:
+                        idle.append(start())
+                    if failed is None:
+                        raise error from None
+                    yield failed(jobs[index], error)
+                    continue
+                running.pop(conn)
+                idle.append(conn)
+                if kind == "error":
+                    raise value
+                yield value
     finally:
-        pool.terminate()
-        pool.join()
+        for conn, process in procs.items():
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            conn.close()
+        for process in procs.values():
+            process.join(timeout=1)
+            if process.is_alive():
+                process.terminate()
+                process.join()
 
 
 EXECUTORS = ("pool", "ray")
@@ -306,7 +406,7 @@ class Executor:
         """fn over jobs, results in completion order; `failed(job, error)` stands in for a job whose
         process died (a Ray worker lost with its node, killed for memory, ...)."""
         if self.kind == "pool":
-            return pool_map(fn, jobs, self.workers)
+            return pool_map(fn, jobs, self.workers, failed)
         return ray_map(fn, jobs, self, failed)
 
 
