@@ -107,7 +107,7 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
     """--model-option KEY=VALUE pairs as ModelConfig fields; values are YAML scalars (0.5, true, null)."""
     import dataclasses
 
-    import yaml
+    from models.files import load_yaml
 
     from models import ModelConfig
 
@@ -117,7 +117,7 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or key not in defaults:
             raise CLIError(f"--model-option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(defaults))}")
-        parsed, default = yaml.safe_load(value), defaults[key]
+        parsed, default = load_yaml(value), defaults[key]
         number = (int, float)
         if (isinstance(default, bool) and not isinstance(parsed, bool)) or (
                 isinstance(default, number) and not isinstance(default, bool)
@@ -284,7 +284,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # the token cache is shared by the runs, which live in args.out
         runs = build_grid(args.grid, _grid_overrides(args, args.argv), cache_dir=args.out / DATA_CACHE_DIR)
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        raise CLIError(f"mixit sweep: error: {e}") from None
     if args.dry_run:
         for name, _ in runs:
             print(name)

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from reproduce.pipeline import choose_text, load_preset, preset_runs, reproduce
+    from reproduce.pipeline import check_not_stale, choose_text, load_preset, preset_runs, reproduce
     from training.trackers import check_tracker
 
     try:
@@ -62,10 +62,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise CLIError(f"mixit reproduce: error: {e}") from None
     name = preset.name
     out = args.out or Path("runs") / name
-    if args.dry_run:
-        needed = preset.text_kinds()
-        text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in needed}
+    try:  # bad input is found before anything runs: a corpus, a value of the preset, a run trained otherwise
+        text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in preset.text_kinds()}
         runs = preset_runs(preset, text)
+        for run, cfg in runs:
+            check_not_stale(out / run, cfg)
+    except (ValueError, FileNotFoundError) as e:
+        raise CLIError(f"mixit reproduce: error: {e}") from None
+    if args.dry_run:
         for run, cfg in runs:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
         print(f"{len(runs)} runs into {out}")

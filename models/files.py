@@ -1,4 +1,4 @@
-"""Atomic writes and tolerant JSON reads: the one implementation every layer uses.
+"""Atomic writes, tolerant JSON reads and YAML as users write it: the one implementation every layer uses.
 
 A file is written to a hidden temporary sibling and renamed over its target; a directory is built
 in a hidden temporary sibling and swapped in. A reader (or a crash) never sees a half-written file
@@ -10,10 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
+
+import yaml
 
 
 def _umask() -> int:
@@ -139,3 +142,17 @@ def _fsync_tree(directory: Path) -> None:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `3e-3` and `1e4` as numbers (as YAML 1.2 does): YAML 1.1 wants a dot
+    in a float (`3.0e-3`), so the learning rates and weight decays people write would be strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text (safe: plain data only), with exponent floats without a dot read as numbers."""
+    return yaml.load(text, Loader=_Loader)

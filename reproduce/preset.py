@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from models.files import load_yaml
+
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
 TEXT_KINDS = ("lm", "sentiment")  # what a study's `text:` may name: the corpus it needs (reproduce.pipeline)
@@ -140,7 +142,7 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if not path.is_file():
         raise ValueError(f"preset file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: cannot parse preset ({str(e).splitlines()[0]})") from None
     if isinstance(data, dict):

@@ -427,3 +427,37 @@ def test_a_sweep_whose_worker_is_killed_finishes_the_others_and_exits_1(tmp_path
     assert "(1 not finished)" in out
     summary = (tmp_path / "sweep" / "summary.csv").read_text()
     assert "WorkerDied: worker process killed by SIGKILL" in summary and summary.count("finished") == 1
+
+
+# --------------------------------------------------------------------------- YAML numbers as people write them
+GRID = """variants: [standard]
+tasks: [{addition: {digits: 2}}]
+sizes: [{d_model: 16, n_layers: 1, n_heads: 2}]
+lrs: [LR]
+train: {steps: 10, weight_decay: WD}
+"""
+PRESET = """train: {steps: 10, weight_decay: WD}
+studies:
+  s: {variants: [standard], tasks: [{addition: {digits: 2}}], sizes: [{d_model: 16, n_layers: 1, n_heads: 2}],
+      lrs: [LR]}
+skip: [signal, speed]
+"""
+
+
+@pytest.mark.parametrize("command", ["sweep", "reproduce"])
+@pytest.mark.parametrize("lr, wd, problem", [("3e-3", "1e-2", None), ("1E-3", "0", None),
+                                              ("fast", "0.1", "lr='fast' must be a number"),
+                                              ("0.1", "lots", "weight_decay='lots' must be a number")])
+def test_yaml_numbers_with_exponents_are_numbers_and_other_types_one_line(tmp_path, command, lr, wd, problem):
+    # YAML 1.1 reads 3e-3 (no dot) as a string: grids and presets written that way ended in a traceback.
+    text = (GRID if command == "sweep" else PRESET).replace("LR", lr).replace("WD", wd)
+    (tmp_path / "f.yaml").write_text(text)
+    where = [str(tmp_path / "f.yaml")] if command == "sweep" else ["--preset", str(tmp_path / "f.yaml")]
+    done = subprocess.run([sys.executable, "-m", "cli", command, *where, "--dry-run", "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if problem is None:
+        assert done.returncode == EXIT_OK, done.stderr
+        assert f"lr{float(lr):g}" in done.stdout
+    else:
+        assert done.returncode == EXIT_USAGE
+        assert done.stderr.count("\n") == 1 and problem in done.stderr and "Traceback" not in done.stderr

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from models import VARIANTS
 from models.config import grid_name
+from models.files import load_yaml
 
 from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, write_runs_table, write_text
 from .tasks import TASKS
@@ -107,7 +108,7 @@ def load_grid_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"grid file not found: {path}")
     text = path.read_text()
     try:
-        grid = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        grid = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"{path}: cannot parse grid ({str(e).splitlines()[0]})") from None
     if not isinstance(grid, dict):
@@ -199,7 +200,10 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
     train_fields = {**grid.get("train", {}), **overrides.get("train", {})}
     if "model_extra" in grid.get("train", {}) and "model_extra" in overrides.get("train", {}):
         train_fields["model_extra"] = {**grid["train"]["model_extra"], **overrides["train"]["model_extra"]}
-    return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields, cache_dir)
+    try:
+        return expand_grid(variants, expanded, sizes, seeds, lrs, train_fields, cache_dir)
+    except ValueError as e:
+        raise ValueError(f"{grid_file}: {e}" if grid_file else str(e)) from None
 
 
 # --------------------------------------------------------------------------- the executor

@@ -91,6 +91,13 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # JSON round trip gives a list
+        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "d_model", "n_layers", "n_heads", "seed",
+                     "warmup_steps"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{name}={value!r} must be a number")
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in self.betas):
+            raise ValueError(f"betas={self.betas!r} must be two numbers")
         for name in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
