@@ -80,4 +80,4 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         sentiment_files=args.sentiment_file,
         progress=not args.quiet,
     )
-    return 1 if manifest.get("failed_runs") else 0
+    return 1 if manifest.get("failed_runs") or manifest.get("failed_figures") else 0

@@ -356,14 +356,30 @@ def reproduce(
 
     import figures
 
-    made = stage("figures", lambda: figures.make_all(out, figures_dir))
+    def draw() -> dict[str, Any]:
+        """Every figure; one that fails is recorded with its one-line reason, and the others and the report
+        are still made."""
+        try:
+            return figures.make_all(out, figures_dir)
+        except figures.FigureError as e:
+            for name, error in e.failures:
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                failed_figures[name] = f"{type(error).__name__}: {reason}".rstrip(": ")
+            return e.results
+
+    failed_figures: dict[str, str] = {}
+    made = stage("figures", draw)
     for name, result in made.items():
-        log(f"figure {name}: " + (", ".join(str(p) for p in result) if isinstance(result, list) else f"skipped: {result}"))
+        if name not in failed_figures:
+            log(f"figure {name}: " + (", ".join(str(p) for p in result) if isinstance(result, list)
+                                      else f"skipped: {result}"))
+    for name, reason in failed_figures.items():
+        log(f"figure {name}: FAILED: {reason}")
 
     from .report import write_report
 
     manifest.update(status="finished", failed_runs=int((table["status"] != "finished").sum()) if len(table) else 0,
-                    wall_s=round(time.time() - started, 1))
+                    failed_figures=failed_figures, wall_s=round(time.time() - started, 1))
     findings = stage("report", lambda: write_report(out, report_dir, manifest, figures_dir))
     manifest["wall_s"] = round(time.time() - started, 1)
     manifest["findings"] = findings

@@ -811,13 +811,16 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
         if name in CORPUS_OF:
             lines += [corpus_line(manifest, *CORPUS_OF[name]), ""]
         lines.append(markdown_table(df))
-    if figures_dir is not None and Path(figures_dir).is_dir():
-        pngs = sorted(Path(figures_dir).glob("*.png"))
-        if pngs:
-            lines += ["## Figures", ""]
-            for p in pngs:
+    failed = manifest.get("failed_figures") or {}
+    pngs = sorted(Path(figures_dir).glob("*.png")) if figures_dir is not None and Path(figures_dir).is_dir() else []
+    if pngs or failed:
+        lines += ["## Figures", ""]
+        for p in pngs:
+            if p.stem not in failed:
                 lines.append(f"- [{p.stem}]({Path(os.path.relpath(p, report_dir)).as_posix()})")
-            lines.append("")
+        for name, reason in sorted(failed.items()):
+            lines.append(f"- {name}: **failed** ({reason})")
+        lines.append("")
     write_text(report_dir / "report.md", "\n".join(lines))
     write_json(report_dir / "findings.json", findings)
     return findings

@@ -706,3 +706,34 @@ def test_rerun_trains_and_analyses_nothing(smoke):
     assert "analyze: 0 computed" in again.stdout
     assert "signal: cached" in again.stdout and "speed: cached" in again.stdout
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp / "runs").glob("*/*/checkpoint/model.safetensors")}
+
+
+def test_a_failing_figure_leaves_the_others_and_the_report(tmp_path, monkeypatch, capsys):
+    # One figure raising (a bug, a malformed file) used to abort the reproduction: no report, reproduce.json
+    # left "running", a traceback. Now it is listed with its one-line reason and the command exits 1.
+    import figures
+    from cli.main import main
+
+    (tmp_path / "tiny.yaml").write_text(
+        "train: {steps: 4, batch_size: 8, eval_every: 4, eval_samples: 16}\n"
+        "studies:\n  algorithmic: {variants: [standard, mixit], tasks: [{addition: {digits: 2}}],"
+        " sizes: [{d_model: 16, n_layers: 1, n_heads: 2}]}\n"
+        "analysis: {n_seqs: 4, seq_len: 8, eval_samples: 16}\nskip: [signal, speed]\n")
+
+    def broken(runs_dir):
+        raise RuntimeError("bad data in the runs folder\nsecond line")
+
+    monkeypatch.setattr(figures.FIGURES["task_accuracy"], "plot", broken)
+    args = ["reproduce", "--preset", str(tmp_path / "tiny.yaml"), "--workers", "1", "--quiet",
+            "--out", str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report"),
+            "--figures-dir", str(tmp_path / "figs")]
+    assert main(args) == 1
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert manifest["status"] == "finished" and manifest["failed_runs"] == 0
+    assert manifest["failed_figures"] == {"task_accuracy": "RuntimeError: bad data in the runs folder"}
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "- task_accuracy: **failed** (RuntimeError: bad data in the runs folder)" in report
+    assert (tmp_path / "figs" / "depth_accuracy.png").is_file() or "depth_accuracy" not in report
+    out = capsys.readouterr()
+    assert "figure task_accuracy: FAILED: RuntimeError: bad data in the runs folder" in out.out
+    assert "Traceback" not in out.out + out.err
