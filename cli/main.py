@@ -92,7 +92,7 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
                              "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)")
     parser.add_argument("--tracker", choices=TRACKERS, default="none",
                         help="also send the metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases "
-                             "(offline unless logged in); metrics.jsonl stays the source of truth")
+                             "(offline unless WANDB_MODE=online); metrics.jsonl stays the source of truth")
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
                         help="auto: bf16 autocast on CUDA, fp32 elsewhere; fast: as auto, but bf16 on a CPU "
                              "whose bf16 matmuls measure >= 1.25x fp32's (measured once per machine); bf16: "

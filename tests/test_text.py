@@ -252,10 +252,11 @@ def test_hub_dataset_code_path_with_a_stand_in_loader(monkeypatch):
     """The Hub path, with `datasets.load_dataset` replaced by a stand-in returning the documented row layouts."""
     import datasets
 
-    calls = []
+    calls, revisions = [], []
 
-    def load_dataset(repo, config, split, streaming):
+    def load_dataset(repo, config, split, streaming, revision=None):
         calls.append((repo, config, split, streaming))
+        revisions.append((repo, revision))
         if repo == "Salesforce/wikitext":  # one row per line, titles as " = Title = "
             n = 8 if split == "train" else 2
             return {"text": [line for i in range(n) for line in (" \n", f" = Article {split} {i} = \n", " \n",
@@ -282,6 +283,8 @@ def test_hub_dataset_code_path_with_a_stand_in_loader(monkeypatch):
         get_task("sentiment", dataset="yelp_polarity", tokenizer="byte", classes=["neg", "pos"])
     with pytest.raises(text_corpora.TextDataError, match="dataset='yelp_polarity' is not one of: wikitext-103"):
         get_task("lm", dataset="yelp_polarity")
+    # WikiText is read at a pinned commit of its repository, so a later push cannot change the rows.
+    assert {r for repo, r in revisions if repo == "Salesforce/wikitext"} == {hub.WIKITEXT_REVISION}
 
 
 def _as_hub_rows(path: Path) -> list[str]:
@@ -311,7 +314,7 @@ def test_wikitext2_from_the_hub_is_the_local_corpus(monkeypatch, tmp_path, gener
     valid, test = _wikitext_pair(which, generated_corpora, tmp_path)
     calls = []
 
-    def load_dataset(repo, config, split, streaming):
+    def load_dataset(repo, config, split, streaming, revision=None):
         calls.append((repo, config, split, streaming))
         return {"text": _as_hub_rows({"validation": valid, "test": test}[split])}
 
@@ -341,7 +344,7 @@ def test_yelp_sample_from_the_hub_is_fixed_small_and_cached(monkeypatch, tmp_pat
                for i in range(2400)]  # 800 negative, 1,600 positive
     calls = []
 
-    def load_dataset(repo, config, split, streaming):
+    def load_dataset(repo, config, split, streaming, revision=None):
         calls.append((repo, config, split, streaming))
         return iter(list(reviews))
 

@@ -62,3 +62,16 @@ def test_a_missing_tracker_package_is_one_line(monkeypatch, capsys, tmp_path):
     code = main(["train", "--task", "addition", "--steps", "5", "--tracker", "wandb", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and "wandb package" in err and err.count("\n") == 1 and not (tmp_path / "r").exists()
+
+
+def test_wandb_goes_online_only_when_asked(monkeypatch):
+    # Stored credentials used to switch runs online by themselves; now only WANDB_MODE does.
+    from training.trackers import wandb_mode
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert wandb_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"

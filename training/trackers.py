@@ -1,7 +1,7 @@
 """Experiment trackers: the records of metrics.jsonl also sent to TensorBoard or Weights & Biases.
 
     train(cfg, "checkpoints/run", tracker="tensorboard")   # event files in checkpoints/run/tensorboard/
-    train(cfg, "checkpoints/run", tracker="wandb")         # offline unless you are logged in to W&B
+    train(cfg, "checkpoints/run", tracker="wandb")         # offline unless WANDB_MODE=online
 
 metrics.jsonl stays the source of truth (the explorer, figures and report read it); a tracker is a
 copy for the tools researchers already watch. Every numeric field of a record is logged at its
@@ -12,6 +12,7 @@ dropped) and the same W&B run (its id is derived from the run directory).
 from __future__ import annotations
 
 import hashlib
+import os
 import math
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,7 +58,7 @@ class WandbTracker:
             raise ValueError("tracker='wandb' needs the wandb package: "
                              "pip install 'mixit-lab[tracking]' (or pip install wandb)") from None
         run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
-        mode = None if _wandb_logged_in(wandb) else "offline"  # None: what the environment says (online)
+        mode = wandb_mode()
         # dir=run_dir: W&B keeps its files (offline runs included) in RUN/wandb/.
         self.run = wandb.init(project="mixit-lab", name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
                               config=config, mode=mode, reinit="finish_previous")
@@ -69,12 +70,11 @@ class WandbTracker:
         self.run.finish()
 
 
-def _wandb_logged_in(wandb) -> bool:
-    """Whether W&B has credentials (WANDB_API_KEY or a stored login); offline otherwise."""
-    try:
-        return bool(wandb.api.api_key)
-    except Exception:  # noqa: BLE001 - any failure to find credentials means offline
-        return False
+def wandb_mode() -> str:
+    """W&B's mode for a run: "offline" (files in RUN/wandb/, `wandb sync` uploads them later) unless the user
+    asked for another with WANDB_MODE (online, disabled, ...). Stored credentials alone never send anything:
+    a run goes online only when asked."""
+    return os.environ.get("WANDB_MODE", "").strip().lower() or "offline"
 
 
 def check_tracker(kind: str | None) -> None:
