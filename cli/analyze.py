@@ -17,7 +17,7 @@ from analysis.analyze import ABLATION_METHODS, AnalysisOptions
 from models.checkpoint import CheckpointError
 from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
 
-from .common import CLIError
+from .common import CLIError, path_arg
 
 DEFAULTS = AnalysisOptions()
 
@@ -30,9 +30,9 @@ def register(subparsers) -> None:
         description="Run every analysis that applies to each checkpoint; results are cached by checkpoint hash.",
     )
     p.set_defaults(handler=cmd_analyze)
-    p.add_argument("checkpoints", nargs="+", type=Path, metavar="CHECKPOINT",
+    p.add_argument("checkpoints", nargs="+", type=path_arg, metavar="CHECKPOINT",
                    help="run directory (run.json + checkpoint/) or checkpoint directory (config.json + model.safetensors)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=path_arg, default=None,
                    help="write results to OUT/NAME/ (default: RUN/analysis/ or CHECKPOINT/analysis/)")
     p.add_argument("--n-seqs", type=int, default=DEFAULTS.n_seqs, help="repeated sequences for head scores; inputs for attention/signal")
     p.add_argument("--seq-len", type=int, default=DEFAULTS.seq_len, help="length of r in the head-score sequences [r, r] (capped at n_ctx/2)")

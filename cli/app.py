@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from .common import CLIError
+from .common import CLIError, path_arg
 
 DEFAULT_DIR = Path("checkpoints")
 DEFAULT_HOST = "127.0.0.1"
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
         description="Start the explorer (streamlit run app.py -- --runs DIR) and print its address; Ctrl-C stops it.",
     )
     p.set_defaults(handler=cmd_app)
-    p.add_argument("runs", nargs="?", type=Path, default=DEFAULT_DIR, metavar="DIR",
+    p.add_argument("runs", nargs="?", type=path_arg, default=DEFAULT_DIR, metavar="DIR",
                    help=f"runs directory, e.g. runs/smoke after `mixit reproduce --preset smoke` (default: {DEFAULT_DIR})")
     p.add_argument("--port", type=int, default=None,
                    help="port to serve on (default: Streamlit's, 8501 or the next free one)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a run failed or diverged, a figure failed
@@ -25,6 +26,14 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise CLIError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+def path_arg(value: str) -> Path:
+    """An argparse type for paths: an empty one (an unset shell variable, `--out ''`) is refused, because
+    Path('') is the current directory and a run would be written there."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path is not allowed (is a shell variable unset?)")
+    return Path(value)
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from figures import FIGURE_NAMES
 
-from .common import CLIError
+from .common import CLIError, path_arg
 
 
 def register(subparsers) -> None:
@@ -23,8 +23,8 @@ def register(subparsers) -> None:
         description="Draw every figure that the runs in RUNS_DIR have data for; figures without data are skipped.",
     )
     p.set_defaults(handler=cmd_figures)
-    p.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="a directory of runs (e.g. from mixit reproduce)")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
+    p.add_argument("runs_dir", type=path_arg, metavar="RUNS_DIR", help="a directory of runs (e.g. from mixit reproduce)")
+    p.add_argument("--out", type=path_arg, default=None, help="output directory (default: figures/out/<preset>)")
     p.add_argument("--only", nargs="+", choices=FIGURE_NAMES, metavar="NAME",
                    help=f"draw only these figures: {', '.join(FIGURE_NAMES)}")
 

@@ -30,11 +30,12 @@ from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, i
 from training.tasks import TASKS, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
-from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, train
+from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, pick_device, train
 
 from . import analyze, app, figures, reproduce
 from .common import (
     EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser, add_executor_options, executor_from_args,
+    path_arg,
 )
 
 DEFAULTS = TrainConfig()
@@ -188,7 +189,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--variant", default="standard", choices=list(VARIANTS), metavar="VARIANT",
                    help=f"one of {', '.join(VARIANTS)}")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, type=Path, help="run directory (e.g. checkpoints/NAME)")
+    p.add_argument("--out", required=True, type=path_arg, help="run directory (e.g. checkpoints/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
@@ -207,12 +208,12 @@ def build_parser() -> OneLineParser:
     s = sub.add_parser("sweep", help="train a grid of models in parallel",
                        description="Train variants x tasks x sizes x seeds x lrs; finished runs are skipped.")
     s.set_defaults(handler=cmd_sweep)
-    s.add_argument("grid", nargs="?", type=Path, help="YAML/JSON grid file (options below override it)")
+    s.add_argument("grid", nargs="?", type=path_arg, help="YAML/JSON grid file (options below override it)")
     s.add_argument("--variants", nargs="+", help=f"'all' or some of: {', '.join(VARIANTS)}")
     s.add_argument("--tasks", nargs="+", help=f"some of: {', '.join(TASKS)}")
     s.add_argument("--seeds", type=int, nargs="+")
     s.add_argument("--workers", type=int, default=1, help="parallel worker processes")
-    s.add_argument("--out", type=Path, default=Path("checkpoints/sweep"), help="directory of run directories")
+    s.add_argument("--out", type=path_arg, default=Path("checkpoints/sweep"), help="directory of run directories")
     s.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     add_executor_options(s)
     _add_training_options(s, many=True)
@@ -233,8 +234,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         # (the token cache is where train() looks for it).
         cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
         check_tracker(args.tracker)
+        pick_device(cfg.device)  # a GPU asked for and not there is bad input too
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        raise CLIError(f"mixit train: error: {e}") from None
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        "drop --resume to start one")
@@ -290,7 +292,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(name)
         return 0
     if args.workers < 1:
-        raise CLIError(f"--workers={args.workers} must be >= 1")
+        raise CLIError(f"mixit sweep: error: --workers={args.workers} must be >= 1")
+    try:
+        for device in {cfg.device for _, cfg in runs}:
+            pick_device(device)
+    except ValueError as e:
+        raise CLIError(f"mixit sweep: error: {e}") from None
     executor = executor_from_args(args, args.workers)
     try:
         check_tracker(args.tracker)

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from .common import CLIError, add_executor_options, executor_from_args
+from .common import CLIError, add_executor_options, executor_from_args, path_arg
 
 
 def register(subparsers) -> None:
@@ -23,9 +23,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_reproduce)
     p.add_argument("--preset", default="quick", metavar="PRESET",
                    help=f"one of {', '.join(preset_names())}, or a preset YAML file (default: quick)")
-    p.add_argument("--out", type=Path, default=None, help="runs directory (default: runs/PRESET)")
-    p.add_argument("--report-dir", type=Path, default=None, help="report directory (default: reports/PRESET)")
-    p.add_argument("--figures-dir", type=Path, default=None, help="figure directory (default: figures/out/PRESET)")
+    p.add_argument("--out", type=path_arg, default=None, help="runs directory (default: runs/PRESET)")
+    p.add_argument("--report-dir", type=path_arg, default=None, help="report directory (default: reports/PRESET)")
+    p.add_argument("--figures-dir", type=path_arg, default=None, help="figure directory (default: figures/out/PRESET)")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU cores)")
     p.add_argument("--text-file", nargs="+", default=None, metavar="PATH",
                    help="corpus for language modeling (default: ../shared/data WikiText-2, else the same "

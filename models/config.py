@@ -212,6 +212,10 @@ class ModelConfig:
             f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}",
         )
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"seed={self.seed!r} must be an integer")
+        for name in ("init_std", "qk_init_std", "rope_base", "norm_eps", "residual_scale", "tau0"):
+            value = getattr(self, name)
+            _check(value is None and name == "qk_init_std" or isinstance(value, (int, float)) and not isinstance(value, bool),
+                   f"{name}={value!r} must be a number")
         _check(self.init_std > 0, f"init_std={self.init_std!r} must be > 0")
         _check(self.qk_init_std is None or self.qk_init_std > 0, f"qk_init_std={self.qk_init_std!r} must be > 0 or None")
         _check(self.rope_base > 0, f"rope_base={self.rope_base!r} must be > 0")

@@ -461,3 +461,18 @@ def test_yaml_numbers_with_exponents_are_numbers_and_other_types_one_line(tmp_pa
     else:
         assert done.returncode == EXIT_USAGE
         assert done.stderr.count("\n") == 1 and problem in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_start_that_failed_before_its_first_checkpoint_does_not_block_the_corrected_command(tmp_path, capsys):
+    # What a start that failed (or was killed) before its first checkpoint leaves: run.json and some metrics.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"train": {"task": "addition", "steps": 99}}))
+    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 9.0}\n')
+    code, out, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_OK, err
+    assert json.loads((run / "run.json").read_text())["train"]["steps"] == 10
+    assert '"loss": 9.0' not in (run / "metrics.jsonl").read_text()  # the old start's lines are gone
+    # A run with a checkpoint is kept: the same command is refused.
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_USAGE and "already holds a run" in err

@@ -145,10 +145,15 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+# What a start that failed before its first checkpoint leaves (a value the model refused, a kill): no run to keep.
+STARTED_ONLY = (LOCK_FILE, RUN_FILE, METRICS_FILE)
+
+
 def is_empty_run_dir(path: str | Path) -> bool:
-    """Whether `path` is missing or holds nothing but (possibly) a lock file."""
+    """Whether `path` is missing or holds no run worth keeping: nothing but a lock file, or what a start that
+    failed before its first checkpoint leaves (run.json, metrics), with no checkpoint and no summary."""
     path = Path(path)
-    return not path.exists() or all(p.name == LOCK_FILE for p in path.iterdir())
+    return not path.exists() or all(p.name in STARTED_ONLY for p in path.iterdir())
 
 
 def group_of(study: str) -> str:

@@ -131,6 +131,9 @@ class TrainConfig:
         Without `task`, the task is built (with its token cache in `cache_dir`)."""
         task = task or self.build_task(cache_dir)
         required = task.model_overrides
+        if self.model_extra.get("n_classes") is not None and "n_classes" not in required:
+            raise ValueError(f"n_classes={self.model_extra['n_classes']!r}: task {task.name!r} predicts tokens; "
+                             "n_classes is set by a classification task (sentiment) from its labels")
         for key, value in self.model_extra.items():
             if key in required and required[key] != value:
                 flag = " (drop --bidirectional)" if key == "causal" else ""
@@ -551,6 +554,9 @@ def train(
         ranks.rows(cfg.batch_size)  # the global batch splits evenly over the processes
         ranks.barrier()  # every rank has read the directory before rank 0 writes to it
         with run_lock(out) if ranks.main else nullcontext():  # one writer per run directory; RunLocked names the other
+            if not resume and ranks.main:  # a start that failed before its first checkpoint: begin afresh
+                for name in (RUN_FILE, METRICS_FILE):
+                    (out / name).unlink(missing_ok=True)
             summary = _train(cfg, out, resume, progress and ranks.main, argv, tracker, device, ranks)
         # the ranks leave together: no rank tears its side of the group down while rank 0 still evaluates and
         # writes the last checkpoint

@@ -241,6 +241,9 @@ class KHop(Task):
         self.hops = _check_int(self.name, "hops", hops, 1, 1024)
         self.length = _check_int(self.name, "length", length, 2, 4096)
         self.alphabet = _check_int(self.name, "alphabet", alphabet, 2, 26)
+        if self.hops >= self.length:  # each hop moves at least one position back
+            raise ValueError(f"khop: hops={self.hops} with length={self.length}: every answer would be the null token "
+                             f"(each hop moves back at least one position); use hops < length")
         self.null_id, self.sep_id, self.pad_id = self.alphabet, self.alphabet + 1, self.alphabet + 2
         self.vocab = [chr(ord("a") + i) for i in range(self.alphabet)] + ["~", "|", "<pad>"]
         self.seq_len = 2 * self.length + 1

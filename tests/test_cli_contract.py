@@ -1,0 +1,97 @@
+"""The README's exit-code promise through the real `mixit` command: bad input is exit 2 and one line.
+
+Each case runs `python -m cli ...` in a subprocess, as a shell would, so the code between the parser and
+the library (what catches which error, what it prints) is what is tested. Every case asserts the exit
+code, that stderr is one line, and that the line names the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli.common import EXIT_USAGE
+from conftest import ROOT
+
+SMALL = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "2", "--quiet"]
+
+
+def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
+
+
+def _stale_run(tmp: Path) -> Path:
+    """A runs folder holding the smoke preset's first run trained with other settings (more steps)."""
+    from reproduce.pipeline import TextChoice, load_preset, preset_runs
+
+    skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
+    name, cfg = preset_runs(load_preset("smoke"), skipped)[0]
+    run = tmp / "runs" / name
+    run.mkdir(parents=True)
+    changed = {**cfg.to_dict(), "steps": cfg.steps + 1}
+    (run / "run.json").write_text(json.dumps({"train": changed}))
+    return tmp / "runs"
+
+
+# (case id, argv with {tmp} for the test's folder, what the one line must name)
+CASES = [
+    ("unknown flag", ["train", "--task", "addition", "--out", "{tmp}/r", "--bogus"], "--bogus"),
+    ("abbreviated flag", ["train", "--task", "addition", "--out", "{tmp}/r", "--d-mod", "32"], "--d-mod"),
+    ("bad number", ["train", "--task", "addition", "--out", "{tmp}/r", "--lr", "abc"], "'abc'"),
+    ("zero steps", ["train", "--task", "addition", "--out", "{tmp}/r", "--steps", "0"], "steps=0"),
+    ("unknown task", ["train", "--task", "nosuch", "--out", "{tmp}/r"], "nosuch"),
+    ("empty --out", ["train", "--task", "addition", "--out", ""], "empty path"),
+    ("--out is a file", ["train", "--task", "addition", "--out", "{tmp}/afile", *SMALL], "afile"),
+    ("non-number model option", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option",
+                                 "qk_init_std=abc"], "abc"),
+    ("model option the task refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option",
+                                       "n_classes=3"], "n_classes=3"),
+    ("k-hop with only null answers", ["train", "--task", "khop", "--hops", "20", "--length", "4", "--out", "{tmp}/r"],
+     "hops=20"),
+    ("task option for another task", ["train", "--task", "addition", "--pairs", "4", "--out", "{tmp}/r"], "--pairs"),
+    ("resume nothing", ["train", "--task", "addition", "--out", "{tmp}/none", "--resume"], "none"),
+    ("freeze an unknown part", ["train", "--task", "addition", "--out", "{tmp}/r", "--freeze", "wings"], "wings"),
+    ("missing grid file", ["sweep", "{tmp}/nogrid.yaml", "--dry-run"], "nogrid.yaml"),
+    ("grid value of the wrong type", ["sweep", "{tmp}/badgrid.yaml", "--dry-run"], "lr='fast'"),
+    ("zero workers", ["sweep", "--tasks", "addition", "--workers", "0", "--out", "{tmp}/s", *SMALL[:-1]],
+     "--workers=0"),
+    ("unknown preset", ["reproduce", "--preset", "nosuch", "--dry-run"], "nosuch"),
+    ("unreadable preset", ["reproduce", "--preset", "{tmp}/broken.yaml", "--dry-run"], "broken.yaml"),
+    ("missing corpus", ["reproduce", "--preset", "smoke", "--text-file", "{tmp}/nosuch.txt", "--dry-run",
+                        "--out", "{tmp}/runs"], "nosuch.txt"),
+    ("bad precision", ["reproduce", "--preset", "smoke", "--precision", "half", "--dry-run"], "half"),
+    ("runs trained otherwise", ["reproduce", "--preset", "smoke", "--dry-run", "--out", "{tmp}/runs",
+                                "--text-file", "{tmp}/lm.txt", "--sentiment-file", "{tmp}/sentiment.txt"], "steps"),
+    ("figures of nothing", ["figures", "{tmp}/noruns"], "noruns"),
+    ("analyze nothing", ["analyze", "{tmp}/nocheckpoint"], "nocheckpoint"),
+    ("explorer on nothing", ["app", "{tmp}/noruns", "--headless"], "noruns"),
+    ("explorer port", ["app", "{tmp}", "--port", "0"], "--port=0"),
+    ("explorer empty host", ["app", "{tmp}", "--host", ""], "--host"),
+]
+if not torch.cuda.is_available():
+    CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
+                  "cuda"))
+
+
+@pytest.mark.parametrize("argv, named", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_corpora, argv, named):
+    (tmp_path / "afile").write_text("not a directory")
+    (tmp_path / "badgrid.yaml").write_text("variants: [standard]\ntasks: [addition]\nlrs: [fast]\n")
+    (tmp_path / "broken.yaml").write_text("studies: [unclosed\n")
+    (tmp_path / "lm.txt").write_text(generated_corpora["lm"].read_text())
+    (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
+    if named == "steps":  # the runs folder holds a run of the preset trained with other settings
+        _stale_run(tmp_path)
+    done = _mixit([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == EXIT_USAGE, done.stderr[-1500:]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert named in lines[0], lines[0]
+    assert not (tmp_path / "r").exists(), "a refused start must not leave a run directory"
