@@ -528,3 +528,26 @@ def test_facts_of_a_task_are_attributes_of_its_class():
     assert TASKS["sentiment"].default_classes == ("0", "1") and TASKS["khop"].default_classes == ()
     assert ALGORITHMIC_TASKS == ("addition", "dyck", "retrieval", "khop", "modadd", "memorize")
     assert "cache_dir" not in parameter_names(TASKS["lm"])  # where data are cached is not what the task is
+
+
+def test_memorize_labels_as_the_authors_write_them():
+    # The authors' hdmemorize task writes label v as the token of key value v at position 0 (vocabulary n*d);
+    # ours by default gives labels their own tokens. Same keys, same labels, another vocabulary.
+    own, keys = get_task("memorize", n=8, d=2), get_task("memorize", n=8, d=2, label_tokens="keys")
+    (t_own, m_own), (t_keys, m_keys) = own.eval_set(), keys.eval_set()
+    assert torch.equal(t_own[:, :2], t_keys[:, :2]) and torch.equal(m_own, m_keys)
+    assert torch.equal(t_own[:, 2] - own.label0_id, t_keys[:, 2]) and int(t_keys[:, 2].max()) < 8
+    assert (own.d_vocab, keys.d_vocab) == (8 * 3 + 1, 8 * 2 + 1) and keys.pad_id == 16
+    with pytest.raises(ValueError, match="label_tokens='mine' is not one of: own, keys"):
+        get_task("memorize", n=8, label_tokens="mine")
+
+
+def test_memorized_bits_reads_the_label_tokens_of_either_layout():
+    from analysis.memory import memorized_bits
+    from models import ModelConfig, build_model
+
+    for labels in ("own", "keys"):
+        task = get_task("memorize", n=4, d=2, label_tokens=labels)
+        model = build_model(ModelConfig(d_model=16, n_layers=1, n_heads=2, n_ctx=task.seq_len, d_vocab=task.d_vocab))
+        result = memorized_bits(model, task).iloc[0]
+        assert result["labels"] == 4 and result["examples"] == 16, labels

@@ -368,11 +368,16 @@ class Memorize(Task):
     Keys are all n^d tuples (k_0 .. k_{d-1}), k_j in [0, n); position j has its own
     slice of n tokens (`x<j>_<v>` = id j*n + v, as in the authors' code). Each tuple
     has a fixed random label in [0, n) (fixed seed, independent of training), written
-    with its own n label tokens (`y<v>` = d*n + v; the authors reuse slice 0 here).
-    `<pad>` = (d+1)*n (unused). `sample` draws tuples uniformly with replacement from
-    the full set; `eval_set()` is the full set, each key once in a fixed shuffled order
-    (`eval_is_train = True`).
-    Defaults n=512, d=2 are the authors' (`hdmemorize_512_2_1.0`): 262,144 keys.
+    with `label_tokens="own"` as its own n label tokens (`y<v>` = d*n + v, `<pad>` = (d+1)*n),
+    or with `label_tokens="keys"` as the tokens of position 0's slice (`x0_<v>` = v, `<pad>` =
+    d*n), the authors' layout. The label tokens do not change what is stored, but they
+    change the vocabulary and so the embedding and readout: "keys" has n*d + 1 tokens
+    instead of (d+1)*n + 1, about a fifth fewer trainable parameters at width 16, n = 128,
+    which is what bits per trainable parameter divide by. `sample` draws tuples uniformly
+    with replacement from the full set; `eval_set()` is the full set, each key once in a
+    fixed shuffled order (`eval_is_train = True`).
+    Defaults n=512, d=2 are the authors' (`hdmemorize_512_2_1.0`): 262,144 keys; `label_tokens`
+    defaults to "own" so that runs trained before the option existed keep their vocabulary.
     """
 
     name = "memorize"
@@ -381,19 +386,27 @@ class Memorize(Task):
     eval_is_train = True
     MAX_KEYS = 10**6
 
-    def __init__(self, n: int = 512, d: int = 2):
+    LABELS = ("own", "keys")
+
+    def __init__(self, n: int = 512, d: int = 2, label_tokens: str = "own"):
         self.n = _check_int(self.name, "n", n, 2, self.MAX_KEYS)
         self.d = _check_int(self.name, "d", d, 1, 20)
+        if label_tokens not in self.LABELS:
+            raise ValueError(f"memorize: label_tokens={label_tokens!r} is not one of: {', '.join(self.LABELS)}")
+        self.label_tokens = label_tokens
         if self.n**self.d > self.MAX_KEYS:
             raise ValueError(
                 f"memorize: n**d = {self.n}**{self.d} = {self.n**self.d} keys is too many; "
                 f"allowed: n**d <= {self.MAX_KEYS}"
             )
         self.num_keys = self.n**self.d
-        self.label0_id = self.d * self.n
-        self.pad_id = (self.d + 1) * self.n
         keys = [f"x{j}_{v}" for j in range(self.d) for v in range(self.n)]
-        self.vocab = keys + [f"y{v}" for v in range(self.n)] + ["<pad>"]
+        if label_tokens == "keys":  # the authors' layout: label v is the token of key value v at position 0
+            self.label0_id, self.pad_id = 0, self.d * self.n
+            self.vocab = keys + ["<pad>"]
+        else:
+            self.label0_id, self.pad_id = self.d * self.n, (self.d + 1) * self.n
+            self.vocab = keys + [f"y{v}" for v in range(self.n)] + ["<pad>"]
         self.seq_len = self.d + 1
         self.labels = torch.randint(0, self.n, (self.num_keys,), generator=torch.Generator().manual_seed(LABEL_SEED))
 
