@@ -26,10 +26,17 @@ from training.rundir import (
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
-    "lr", "seed", "steps", "batch_size", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
+    "lr", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "precision", "error",
 ]
+
+
+def resolved_warmup(train: dict[str, Any]) -> int | None:
+    """The warmup a run used: its warmup_steps, else TrainConfig's default (5% of its steps)."""
+    if train.get("warmup_steps") is not None:
+        return int(train["warmup_steps"])
+    return max(1, int(train["steps"]) // 20) if isinstance(train.get("steps"), int) else None
 
 
 def task_label(task: str, params: dict[str, Any]) -> str:
@@ -60,7 +67,9 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
             variant=grid_label(train["variant"], extra.get("freeze", ()), extra.get("attention", ())),
             task=train["task"], task_params=params,
             task_label=task_label(train["task"], params),
-            **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size")},
+            **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size",
+                                         "weight_decay")},
+            warmup_steps=resolved_warmup(train),
         )
         summary_path = path / SUMMARY_FILE
         if summary_path.is_file():

@@ -25,7 +25,7 @@ from models.files import read_json
 REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
 
 # Settings that must match between a record and a run of ours (seeds are repeats, not settings).
-SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
+SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr", "warmup_steps", "weight_decay")
 
 # Labels of the authors' runs that are none of our variants, and the variant of ours whose settings they share.
 # "mixit_weight_frozen": MixiT as their depth script trains it by default (only embeddings and readout train).
@@ -52,7 +52,7 @@ def _key(values: dict[str, Any]) -> tuple:
         if isinstance(v, float) and math.isfinite(v):
             v = float(f"{v:.6g}")
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            v = float(v) if name == "lr" else int(v)
+            v = float(v) if name in ("lr", "weight_decay") else int(v)
         out.append(v)
     return tuple(out)
 
@@ -76,7 +76,8 @@ def record_row(rec: dict[str, Any]) -> dict[str, Any]:
         variant=rec.get("variant"), task=rec.get("task"), task_params=params,
         task_label=task_label(str(rec.get("task")), params), status="finished", eval_acc=accuracy,
         eval_loss=rec.get("eval_loss"), params_trainable=rec.get("params_trainable"), precision="fp32",
-        **{k: rec.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size")},
+        **{k: rec.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size",
+                                   "warmup_steps", "weight_decay")},
     )
     bpp = rec.get("bits_per_trainable_param")
     row["memory"] = None if bpp is None else {
@@ -122,7 +123,7 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
         return pd.DataFrame(columns=END_TO_END_COLUMNS)
     mine = ours[ours["status"] == "finished"]
     rows = []
-    keys = ["task_label", "variant", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr"]
+    keys = ["task_label", "variant", *SETTINGS[1:]]
     for key, group in theirs.groupby(keys, sort=False, dropna=False):
         where = dict(zip(keys, key))
         variant = ALIASES.get(where["variant"], where["variant"])

@@ -545,7 +545,7 @@ def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreem
 
 def _fake_run(root, study, name, variant, task, params, acc, seed=0, **sizes):
     train = {"variant": variant, "task": task, "task_params": params, "seed": seed, "d_model": 64, "n_layers": 2,
-             "n_heads": 4, "lr": 0.003, "steps": 1000, "batch_size": 128, **sizes}
+             "n_heads": 4, "lr": 0.003, "steps": 1000, "batch_size": 128, "weight_decay": 0.01, **sizes}
     path = root / study / name
     path.mkdir(parents=True)
     (path / "run.json").write_text(json.dumps({"train": train}))
@@ -564,7 +564,8 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     def record(variant, value, seed=0, **change):
         rec = {"study": "algorithmic", "task": "dyck", "task_params": dyck, "variant": variant, "d_model": 64,
                "n_layers": 2, "n_heads": 16 if variant == "mixit" else 4, "steps": 1000, "batch_size": 128,
-               "lr": 0.003, "seed": seed, "metric": "accuracy", "value": value}
+               "lr": 0.003, "warmup_steps": 50, "weight_decay": 0.01, "seed": seed, "metric": "accuracy",
+               "value": value}
         return {**rec, **change}
 
     records = [record("standard", 100.0), record("standard", 100.0, seed=1), record("mixit", 64.4),
@@ -582,6 +583,9 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     # A learning rate written as 3e-3 in YAML and 0.003 in JSON is the same setting; 1e-2 is not.
     assert len(reference_runs([record("standard", 100.0, lr=3e-3)], load_runs(tmp_path))) == 1
     assert len(reference_runs([record("standard", 100.0, lr=1e-2)], load_runs(tmp_path))) == 0
+    # Warmup (ours: 5% of the steps unless set) and weight decay are settings too.
+    assert len(reference_runs([record("standard", 100.0, warmup_steps=500)], load_runs(tmp_path))) == 0
+    assert len(reference_runs([record("standard", 100.0, weight_decay=1e-3)], load_runs(tmp_path))) == 0
     # Side by side, per setting and variant: per-seed values, medians, and whether they differ beyond the spread.
     from reproduce.reference import end_to_end
 
