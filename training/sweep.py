@@ -25,7 +25,6 @@ import multiprocessing.connection
 import os
 import re
 import signal
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -239,11 +238,12 @@ def train_one(job: TrainJob) -> dict[str, Any]:
 
 def one_line_warnings() -> None:
     """Print warnings as 'warning: MESSAGE (Category)', one line a user can act on, instead of Python's
-    default, which adds the file, line number and a line of the library's source."""
-    def show(message, category, filename, lineno, file=None, line=None):  # the signature warnings expects
-        print(f"warning: {message} ({category.__name__})", file=file or sys.stderr)
+    default, which adds the file, line number and a line of the library's source. Only the format changes:
+    whoever records warnings (warnings.catch_warnings, pytest.warns) still gets them."""
+    def one_line(message, category, filename, lineno, line=None):  # the signature warnings expects
+        return f"warning: {message} ({category.__name__})\n"
 
-    warnings.showwarning = show
+    warnings.formatwarning = one_line
 
 
 def _set_threads(threads: int) -> None:
