@@ -31,6 +31,10 @@ FIGURE_NAMES = (
     "depth_accuracy",
     "dynamics",
     "beyond",
+    "scale_dyck",
+    "scale_sentiment",
+    "scale_memorize",
+    "scale_depth",
 )
 
 

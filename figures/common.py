@@ -30,13 +30,22 @@ class NoData(Exception):
     """The runs directory holds nothing this figure can draw; the message is one line saying what is missing."""
 
 
-def finished_runs(runs_dir: str | Path) -> pd.DataFrame:
-    """The finished runs below runs_dir (see analysis.runs.COLUMNS); NoData if the directory is missing."""
+# Study groups whose runs sweep one setting for one question (the scale preset's `scale`, reproduce.emergence):
+# only the figures that name the group draw them, never another figure's fallback (as the report's tables
+# leave them out of the paper's).
+OWN_FIGURES_ONLY = ("scale",)
+
+
+def finished_runs(runs_dir: str | Path, groups: Sequence[str] = ()) -> pd.DataFrame:
+    """The finished runs below runs_dir (see analysis.runs.COLUMNS); NoData if the directory is missing.
+
+    Runs of an OWN_FIGURES_ONLY group are left out unless `groups` names it."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise NoData(f"{runs_dir} is not a directory")
     df = load_runs(runs_dir)
-    return df[df["status"] == "finished"].reset_index(drop=True)
+    hidden = [g for g in OWN_FIGURES_ONLY if g not in groups]
+    return df[(df["status"] == "finished") & ~df["group"].isin(hidden)].reset_index(drop=True)
 
 
 def select_runs(

@@ -29,6 +29,7 @@ from models.files import atomic_file, write_json, write_text
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.tasks import get_task
 
+from .emergence import emergence_section, emergence_tables
 from .reference import end_to_end, load_reference, reference_runs
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
@@ -772,7 +773,8 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     tables = build_tables(runs_dir)
     findings = check_findings(tables, reference_tables(runs_dir, reference))
     tables["end_to_end"] = end_to_end(load_runs(runs_dir), reference)
-    for name, df in {**tables, "findings": pd.DataFrame(findings)}.items():
+    scale = {name: df for name, df in emergence_tables(runs_dir).items() if len(df)}  # the scale preset's sweeps
+    for name, df in {**tables, **scale, "findings": pd.DataFrame(findings)}.items():
         with atomic_file(report_dir / f"{name}.csv") as fh:
             df.to_csv(fh, index=False)
 
@@ -793,7 +795,9 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     lines += ["", "## Findings", ""]
     if all(f["holds"] is None for f in findings):
         lines.append("No run of this preset measures one of the paper's findings"
-                     + (" (its grid models are under \"Beyond the paper\" below)." if len(tables.get(BEYOND, ())) else "."))
+                     + (" (its grid models are under \"Beyond the paper\" below)." if len(tables.get(BEYOND, ())) else
+                        " at one setting; \"Where the findings emerge\" below follows them across settings."
+                        if scale else "."))
     else:
         lines += ["Each verdict reads our numbers against the criterion; where they fail it, the same criterion is "
                   "applied to the authors' own training code run at the same settings (`benchmarks/authors_reference.py`, "
@@ -811,6 +815,7 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
         if name in CORPUS_OF:
             lines += [corpus_line(manifest, *CORPUS_OF[name]), ""]
         lines.append(markdown_table(df))
+    lines += emergence_section(scale)  # [] without scale runs
     failed = manifest.get("failed_figures") or {}
     pngs = sorted(Path(figures_dir).glob("*.png")) if figures_dir is not None and Path(figures_dir).is_dir() else []
     if pngs or failed:

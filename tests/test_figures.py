@@ -79,6 +79,18 @@ def runs_dir(tmp_path_factory) -> Path:
                    extra={"attention": ["mixing", "softmax"]})
         for n_layers in (1, 2):
             _train(root, "depth", "addition", {"digits": 1}, "standard", n_layers=n_layers)
+        from corpora import labelled_sentences
+
+        sentences = root / "sentences.txt"
+        sentences.write_text(labelled_sentences(20), encoding="utf-8")
+        for variant in ("standard", "mixit"):  # the scale group (reproduce/presets/scale.yaml), one run per figure
+            for pairs in (2, 3):
+                _train(root, "scale-dyck", "dyck", {"max_pairs": pairs}, variant)
+            _train(root, "scale-sentiment", "sentiment",
+                   {"text_file": [str(sentences)], "tokenizer": "byte", "seq_len": 96}, variant)
+        _analyze(_train(root, "scale-memorize", "memorize", {"n": 3, "d": 2}, "standard"))
+        for n_layers in (1, 2):
+            _train(root, "scale-depth", "addition", {"digits": 1}, "random", n_layers=n_layers)
         text = root / "text.txt"
         text.write_text(TEXT)
         for variant in ("standard", "mixit"):

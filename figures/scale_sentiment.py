@@ -1,0 +1,51 @@
+"""Finding 3 on sentiment as the scale preset moves the classifier toward the authors': accuracy against size.
+
+Runs: the finished sentiment runs of group scale (reproduce/presets/scale.yaml). x: the classifier's size,
+width and depth together (the quick preset's width 64 with 2 layers, then toward the authors' 4 layers of
+width 1,024), in order of width, then depth. Per variant, the mean over seeds; error bars span the seeds'
+min..max. The paper's accuracies (Yelp reviews, the authors' size) are dotted lines in the variant's colour.
+
+    python -m figures.scale_sentiment RUNS_DIR [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from .common import legend_above, spread_note
+from .scale_common import GROUPS, PAPER_SENTIMENT, draw_against, draw_paper, scale_runs, title, with_accuracy
+from .style import COLUMN_WIDTH, new_figure, paper_style
+
+NAME = "scale_sentiment"
+GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
+AXES = ("d_model", "n_layers")
+
+
+def plot(runs_dir: Path) -> Figure:
+    runs = with_accuracy(scale_runs(Path(runs_dir), "sentiment", AXES, "sentiment"))
+    points = sorted({(int(w), int(n)) for w, n in zip(runs["d_model"], runs["n_layers"])})
+    runs = runs.assign(point=[points.index((int(w), int(n))) for w, n in zip(runs["d_model"], runs["n_layers"])])
+    with paper_style():
+        fig = new_figure(COLUMN_WIDTH, 2.4)
+        ax = fig.add_subplot()
+        draw_against(ax, runs, "point")
+        draw_paper(ax, PAPER_SENTIMENT, runs["variant"])
+        ax.axhline(50, color="#999999", linewidth=0.6, linestyle=":", zorder=0)  # chance: two balanced classes
+        ax.set_xticks(range(len(points)), [f"width {w:,}\n{n} layers" for w, n in points])
+        ax.set_xlim(-0.4, len(points) - 0.6)
+        ax.set_xlabel("classifier size (quick preset's on the left)")
+        ax.set_ylabel("eval accuracy (%)")
+        ax.set_ylim(min(40.0, float(runs["value"].min()) - 3), 100)
+        title(ax, "dotted: the paper (Yelp reviews, 4 layers, width 1,024)",
+              spread_note(runs.groupby(["variant", "point"]).size()))
+        legend_above(fig)
+    return fig
+
+
+if __name__ == "__main__":
+    from .common import run_one
+
+    sys.exit(run_one(NAME, plot))
