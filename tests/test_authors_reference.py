@@ -1,0 +1,178 @@
+"""benchmarks/authors_reference.py: our preset studies translated into the authors' command lines.
+
+Pure translation only: nothing is trained and the authors' repository is not needed. The specific checks use
+a small preset of their own (so that edits to the shipped presets do not move them); one test translates
+every study of the shipped `quick` preset."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import authors_reference as ar  # noqa: E402
+from reproduce.preset import Preset, load_preset  # noqa: E402
+
+SIZE = {"d_model": 64, "n_layers": 2, "n_heads": 4}
+PRESET = {
+    "name": "t",
+    "train": {"batch_size": 128, "steps": 1500, "weight_decay": 0.01, "model_extra": {"qk_init_std": 0.125}},
+    "studies": {
+        "algorithmic": {"variants": ["standard"], "tasks": [{"dyck": {"max_pairs": 8}}], "sizes": [SIZE],
+                        "seeds": [0, 1, 2], "lrs": [0.003], "train": {"steps": 1000}},
+        "algorithmic-mixit": {"variants": ["mixit"], "tasks": [{"dyck": {"max_pairs": 8}}],
+                              "sizes": [dict(SIZE, n_heads=16)], "lrs": [0.003], "train": {"steps": 1000}},
+        "retrieval": {"variants": ["standard", "frozen_qk", "frozen_mlp", "mixit"],
+                      "tasks": [{"retrieval": {"pairs": 8, "num_values": 32}}], "sizes": [SIZE], "lrs": [0.003],
+                      "train": {"steps": 1000, "warmup_steps": 150}},
+        "modadd": {"variants": ["standard", "mixit"], "tasks": [{"modadd": {"p": 47}}], "sizes": [SIZE],
+                   "lrs": [0.003], "train": {"steps": 2000}},
+        "memorize": {"variants": ["standard", "frozen_qk", "frozen_mlp", "mixit"],
+                     "tasks": [{"memorize": {"n": 96, "d": 2, "label_tokens": "keys"}}],
+                     "sizes": [{"d_model": 16, "n_layers": 2, "n_heads": 4}], "lrs": [0.003],
+                     "train": {"steps": 4000, "batch_size": 512}},
+        "depth": {"variants": ["mixit"], "tasks": [{"addition": {"digits": 2}}],
+                  "sizes": [dict(SIZE, n_heads=16), dict(SIZE, n_layers=6, n_heads=16)], "seeds": [0, 1],
+                  "lrs": [0.003], "train": {"steps": 3000}},
+        "depth-random": {"variants": ["random"], "tasks": [{"addition": {"digits": 2}}],
+                         "sizes": [dict(SIZE, n_heads=16)], "lrs": [0.003], "train": {"steps": 3000}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def preset():
+    return Preset.from_dict(json.loads(json.dumps(PRESET)), "test preset")
+
+
+def _flags(t):
+    return dict(a[2:].split("=", 1) for a in t["argv"])
+
+
+def _one(runs, **match):
+    hits = [r for r in runs if all(r[k] == v for k, v in match.items())]
+    assert len(hits) == 1, (match, hits)
+    return hits[0]
+
+
+def _check_ours(r, t):
+    """The translation carries every setting of ours and takes our number of optimizer steps."""
+    f = _flags(t)
+    assert ar.their_optimizer_steps(t) == r["steps"]
+    assert f["model_name_or_path"] == "llama" and t["pins"]["device"] == "cpu"
+    assert (int(f["n_embd"]), int(f["n_layer"]), int(f["n_head"])) == (r["d_model"], r["n_layers"], r["n_heads"])
+    assert float(f["learning_rate"]) == r["lr"] and float(f["weight_decay"]) == r["weight_decay"]
+    assert int(f["warmup_steps"]) == r["warmup_steps"] and int(f["seed"]) == r["seed"]
+    assert t["pins"].get("per_device_train_batch_size", int(f["per_device_train_batch_size"])) == r["batch_size"]
+    assert "weight_frozen" in f  # their scripts default it to 1: always explicit
+
+
+@pytest.mark.parametrize("study,script", [
+    ("algorithmic", "depth.py"), ("algorithmic-mixit", "depth.py"), ("retrieval", "depth.py"),
+    ("modadd", "modadd_exp.py"), ("memorize", "hdmemorize_exp.py"), ("depth", "depth.py"),
+    ("depth-random", "depth.py"),
+])
+def test_steps_and_settings_are_ours(preset, study, script):
+    runs = ar.study_runs(preset, study)
+    assert runs
+    for r in runs:
+        t = ar.translate(r)
+        assert t["script"] == script
+        _check_ours(r, t)
+
+
+def test_every_quick_study_translates_or_is_refused_with_a_reason():
+    quick = load_preset("quick")
+    scripts = set()
+    for name, study in quick.studies.items():
+        for r in ar.study_runs(quick, name, seeds=[0]):
+            try:
+                t = ar.translate(r)
+            except ValueError as e:
+                assert r["task"] in ar.NOT_RUNNABLE or "weight_frozen" in str(e) or "freeze" in str(e) \
+                    or "label_tokens" in str(e), (name, r["task"], e)
+                continue
+            _check_ours(r, t)
+            scripts.add(t["script"])
+    assert "depth.py" in scripts and "hdmemorize_exp.py" in scripts
+
+
+def test_numbers(preset):
+    dyck = _one(ar.study_runs(preset, "algorithmic", None, None, [0]), seed=0)
+    assert (dyck["steps"], dyck["batch_size"], dyck["warmup_steps"], dyck["lr"]) == (1000, 128, 50, 0.003)
+    t = ar.translate(dyck)
+    f = _flags(t)
+    assert f["task"] == "dyckstream_8" and t["pins"]["train_size"] == 128_000 and f["max_steps"] == "1"
+    mix = ar.study_runs(preset, "algorithmic-mixit", seeds=[0])[0]
+    assert mix["variant"] == "mixit" and mix["n_heads"] == 16 and _flags(ar.translate(mix))["n_head"] == "16"
+    ret = ar.study_runs(preset, "retrieval", variants=["standard"], seeds=[0])[0]
+    assert ret["warmup_steps"] == 150  # the study's warmup_steps wins over 5% of the steps
+    mem = ar.study_runs(preset, "memorize", variants=["standard"], seeds=[0])[0]
+    t = ar.translate(mem)
+    assert t["pins"]["task"] == "hdmemorize_96_2_1.0" and t["pins"]["per_device_train_batch_size"] == 512
+    assert _flags(t)["max_steps"] == "4000" and mem["warmup_steps"] == 200
+    mod = ar.translate(ar.study_runs(preset, "modadd", variants=["standard"], seeds=[0])[0])
+    assert _flags(mod)["task"] == "modadds_47" and mod["pins"]["per_device_train_batch_size"] == 128
+    assert _flags(mod)["max_steps"] == "2000"
+
+
+def test_retrieval_vocabulary(preset):
+    f = _flags(ar.translate(ar.study_runs(preset, "retrieval", variants=["standard"], seeds=[0])[0]))
+    assert f["task"] == "condattendstream_8"
+    vocab = int(f["vocab_size"])
+    assert vocab // 2 - 1 == 32  # their values are 1 .. vocab//2 - 1: our 32 values
+    assert 2 * 8 + 32 < vocab  # the largest query id fits
+
+
+@pytest.mark.parametrize("variant,attention,frozen,qk,mlp", [
+    ("standard", "vanilla", "0", False, False), ("frozen_qk", "vanilla", "0", True, False),
+    ("frozen_mlp", "vanilla", "0", False, True), ("mixit", "mixing", "0", False, False),
+    ("random", "vanilla", "1", False, False), ("mixit_weight_frozen", "mixing", "1", False, False),
+])
+def test_variant_flags(preset, variant, attention, frozen, qk, mlp):
+    run = dict(ar.study_runs(preset, "depth", variants=["mixit"], seeds=[0])[0], variant=variant)
+    f = _flags(ar.translate(run))
+    assert f["shaped_attention"] == attention and f["weight_frozen"] == frozen
+    assert ("freeze_attention" in f) == qk and ("freeze_mlp" in f) == mlp
+
+
+def test_depth_study_adds_their_frozen_mixit(preset):
+    runs = ar.study_runs(preset, "depth", seeds=[0])
+    assert {r["variant"] for r in runs} == {"mixit", "mixit_weight_frozen"}
+    assert {r["n_layers"] for r in runs} == {2, 6}
+    assert {r["variant"] for r in ar.study_runs(preset, "depth-random", seeds=[0])} == {"random"}
+
+
+def test_refusals(preset):
+    mem = ar.study_runs(preset, "memorize", variants=["standard"], seeds=[0])[0]
+    with pytest.raises(ValueError, match="embed_tokens"):
+        ar.translate(dict(mem, variant="random"))
+    own = dict(mem, task_params={"n": 96, "d": 2})  # our default label tokens are not theirs
+    with pytest.raises(ValueError, match="label_tokens"):
+        ar.translate(own)
+    mod = ar.study_runs(preset, "modadd", variants=["standard"], seeds=[0])[0]
+    with pytest.raises(ValueError, match="freeze"):
+        ar.translate(dict(mod, variant="frozen_qk"))
+    with pytest.raises(ValueError):
+        ar.translate(dict(mod, task="sentiment"))
+
+
+def test_dry_run_and_merge(preset, tmp_path, capsys):
+    path = tmp_path / "t.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(PRESET))
+    assert ar.main(["--authors-repo", str(tmp_path), "--authors-python", "python", "--preset", str(path),
+                    "--study", "algorithmic", "--seeds", "0", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "python depth.py --model_name_or_path=llama --task=dyckstream_8" in out and "1000 optimizer steps" in out
+    run = ar.study_runs(preset, "algorithmic", seeds=[0])[0]
+    ref = tmp_path / "ref.json"
+    ar.merge_records(ref, [dict(run, value=1.0)])
+    ar.merge_records(ref, [dict(run, value=2.0), dict(run, seed=1, value=3.0)])
+    data = json.loads(ref.read_text())
+    assert set(data) == {"about", "records"}
+    assert sorted(r["value"] for r in data["records"]) == [2.0, 3.0]
