@@ -743,3 +743,17 @@ def test_a_failing_figure_leaves_the_others_and_the_report(tmp_path, monkeypatch
     out = capsys.readouterr()
     assert "figure task_accuracy: FAILED: RuntimeError: bad data in the runs folder" in out.out
     assert "Traceback" not in out.out + out.err
+
+
+def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
+    # Their addition accuracy scores the token after each answer token: a number, but not our metric.
+    from analysis.runs import load_runs
+    from reproduce.reference import end_to_end
+
+    _fake_run(tmp_path, "depth", "r", "random", "addition", {"digits": 2}, 0.7, steps=3000, n_heads=16)
+    record = {"study": "depth-random", "task": "addition", "task_params": {"digits": 2}, "variant": "random",
+              "d_model": 64, "n_layers": 2, "n_heads": 16, "steps": 3000, "batch_size": 128, "lr": 0.003,
+              "warmup_steps": 150, "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 86.7}
+    row = end_to_end(load_runs(tmp_path), [record]).iloc[0]
+    assert row["theirs"] == "86.7" and row["ours"] == "70.0"
+    assert row["difference"] is None and row["beyond_spread"] is None and "first sum digit" in row["note"]
