@@ -64,13 +64,13 @@ BEYOND_RELATED = {
 BEYOND_COLUMNS = ["task", "variant", "metric", "value", "std", "seeds", "paper_related"]
 
 
-def select(runs: pd.DataFrame, task: str, study: str | None = None) -> pd.DataFrame:
+def select(runs: pd.DataFrame, task: str, study: str | None = None, fallback: bool = True) -> pd.DataFrame:
     """Finished runs of `task`, from `study` if that study has any, else from every study (never the
     beyond-the-paper group, whose grid models are not the paper's variants, nor the scale group, whose
-    runs sweep a setting and are reported by reproduce.emergence)."""
+    runs sweep a setting and are reported by reproduce.emergence). fallback=False: only `study`'s runs."""
     mine = _finished(runs)
     mine = mine[(mine["task"] == task) & ~mine["group"].isin([BEYOND, SCALE])]
-    if study is not None and (mine["group"] == study).any():
+    if study is not None and (not fallback or (mine["group"] == study).any()):
         mine = mine[mine["group"] == study]
     return mine
 
@@ -137,7 +137,7 @@ def reference_tables(runs_dir: str | Path, records: list[dict[str, Any]] | None 
     Only the tables their scripts can fill (accuracy, memorization, depth) have rows; the others are empty."""
     records = load_reference() if records is None else records
     theirs = reference_runs(records, load_runs(Path(runs_dir)))
-    return {name: _in_variant_order(df) for name, df in _build_tables(theirs, None).items()}
+    return {name: _in_variant_order(df) for name, df in _build_tables(theirs, None, fallback=False).items()}
 
 
 def memorize_regimes(per_size: pd.DataFrame) -> pd.DataFrame:
@@ -186,18 +186,22 @@ def _eval_items(run: Any) -> int | None:
     return default if asked is None else min(int(asked), default)
 
 
-def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.DataFrame]:
+def _build_tables(runs: pd.DataFrame, runs_dir: Path | None, fallback: bool = True) -> dict[str, pd.DataFrame]:
     """The report's tables from `runs` (rows of analysis.runs.COLUMNS); runs_dir holds the signal and speed
-    stages' files (None: those tables are empty)."""
+    stages' files (None: those tables are empty). fallback=False: a table reads only its own study's runs
+    (the reference's, whose other studies were run at other settings)."""
     tables: dict[str, pd.DataFrame] = {}
 
+    def pick(task: str, study: str) -> pd.DataFrame:
+        return select(runs, task, study, fallback)
+
     # Table 1: retrieval (at the largest number of pairs trained) and k-hop induction.
-    ret = select(runs, "retrieval", "retrieval")
+    ret = pick("retrieval", "retrieval")
     if len(ret):
         pairs = ret["task_params"].map(lambda p: p.get("pairs", 30))
         ret = ret[pairs == pairs.max()]
     rows = []
-    for task, df in (("retrieval", ret), ("khop", select(runs, "khop", "khop"))):
+    for task, df in (("retrieval", ret), ("khop", pick("khop", "khop"))):
         for r in _acc(df, ["variant", "task_label"]).itertuples():
             rows.append({"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std,
                          "median": r.median, "seeds": r.seeds, "stuck": r.stuck, "paper": PAPER[task].get(r.variant)})
@@ -205,7 +209,7 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.Dat
                                                              "stuck", "paper"])
 
     # Table 2: language modeling, validation log-perplexity (nats per token).
-    lm = select(runs, "lm", "lm")
+    lm = pick("lm", "lm")
     t2 = mean_by(lm.assign(log_ppl=lm["eval_loss"].astype(float)), ["variant"], "log_ppl")
     t2["ppl"] = t2["log_ppl"].map(lambda x: math.exp(x) if pd.notna(x) else None)
     t2["paper_log_ppl"] = t2["variant"].map(PAPER["lm"])
@@ -215,7 +219,7 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.Dat
     rows = []
     for task in (*ALGORITHMIC, "sentiment"):
         study = "sentiment" if task == "sentiment" else "algorithmic"
-        mine = select(runs, task, study)
+        mine = pick(task, study)
         items = {label: _eval_items(r) for label, r in
                  zip(mine["task_label"], mine.itertuples())} if len(mine) else {}
         for r in _acc(mine, ["variant", "task_label"]).itertuples():
@@ -227,7 +231,7 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.Dat
 
     # Table 4: memorization, bits per trainable parameter in two regimes (see memorize_regimes).
     rows = []
-    for r in select(runs, "memorize", "memorize").itertuples():
+    for r in pick("memorize", "memorize").itertuples():
         memory = _memory(r)
         if memory:
             rows.append({"variant": r.variant, "n": r.task_params.get("n"), "d": r.task_params.get("d", 2),
@@ -240,7 +244,7 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.Dat
     tables["table4_memorize"] = memorize_regimes(per_size)
 
     # Table 6: addition accuracy vs depth.
-    depth = select(runs, "addition", "depth")
+    depth = pick("addition", "depth")
     if len(depth) and depth["n_layers"].nunique() < 2:
         depth = depth.iloc[0:0]
     tables["table6_depth"] = _acc(depth, ["variant", "n_layers", "d_model", "n_heads", "steps"]).rename(
@@ -258,7 +262,7 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None) -> dict[str, pd.Dat
     # Induction heads, per variant (k-hop runs preferred): the task-aligned score of the best head on the
     # task's own inputs, its chance levels and what ablating it costs; the repeated-token score as context.
     rows = []
-    khop = select(runs, "khop", "khop")
+    khop = pick("khop", "khop")
     source = khop if len(khop) else _finished(runs)
     for r in source.itertuples():
         summary = ((read_analysis(r.path) if isinstance(r.path, str) else None) or {}).get("summary") or {}
@@ -663,6 +667,21 @@ def verdict_of(ours: list[Claim], theirs: list[Claim] | None) -> str:
     return "agrees" if all(r is False for r in failing) else "no_reference"
 
 
+def _parts(ours: list[Claim], theirs: list[Claim] | None) -> str:
+    """Which failing parts the reference agrees with, contradicts or lacks, when the finding has several."""
+    failing = [c.name for c in ours if c.holds is False]
+    if len(ours) < 2 or not failing:
+        return ""
+    ref = {c.name: c.holds for c in theirs or []}
+    groups = {"the authors' code agrees": [n for n in failing if ref.get(n) is False],
+              "the authors' code holds": [n for n in failing if ref.get(n) is True],
+              "no reference": [n for n in failing if ref.get(n) is None]}
+    present = {k: v for k, v in groups.items() if v}
+    if len(present) == 1:  # the verdict already says which: name the parts
+        return f" ({', '.join(failing)})"
+    return " (" + "; ".join(f"{k}: {', '.join(v)}" for k, v in present.items()) + ")"
+
+
 def check_findings(tables: dict[str, pd.DataFrame],
                    reference: dict[str, pd.DataFrame] | None = None) -> list[dict[str, Any]]:
     """Each finding's criterion, our numbers, the authors' code's numbers at the same settings (from
@@ -674,7 +693,7 @@ def check_findings(tables: dict[str, pd.DataFrame],
         measured = [c for c in theirs or [] if c.holds is not None]
         verdict = verdict_of(ours, theirs)
         out.append({"id": i, "finding": name, "criterion": criterion, "ours": "; ".join(c.text for c in ours),
-                    "holds": _overall(ours), "verdict": verdict, "verdict_text": VERDICTS[verdict],
+                    "holds": _overall(ours), "verdict": verdict, "verdict_text": VERDICTS[verdict] + _parts(ours, theirs),
                     "reference": "; ".join(c.text for c in measured) if measured else "none at these settings"})
     return out
 

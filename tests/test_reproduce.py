@@ -518,7 +518,7 @@ def test_each_verdict_category_both_ways():
     agrees = verdict(failing, _dyck(100.0, 64.4))
     assert agrees["verdict"] == "agrees" and agrees["holds"] is False
     assert agrees["reference"] == "dyck 100.0 vs 64.4"  # the reference's measured parts, with its numbers
-    assert agrees["verdict_text"] == "does not hold at this size; the authors' code agrees"
+    assert agrees["verdict_text"] == "does not hold at this size; the authors' code agrees (dyck)"
     # They fail while the authors' code holds: a reproduction failure, named as such.
     failure = verdict(failing, _dyck(100.0, 97.0))
     assert failure["verdict"] == "reproduction_failure" and "reproduction failure" in failure["verdict_text"]
@@ -537,7 +537,9 @@ def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreem
     ours["table3_tasks"] = pd.concat([ours["table3_tasks"], pd.DataFrame([
         {"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a} for v, a in
         (("standard", 78.5), ("mixit", 54.5))])], ignore_index=True)
-    assert check(ours, _dyck(100.0, 64.4))[2]["verdict"] == "no_reference"  # sentiment fails with no reference
+    found = check(ours, _dyck(100.0, 64.4))[2]
+    assert found["verdict"] == "no_reference"  # sentiment fails with no reference
+    assert found["verdict_text"].endswith("(the authors' code agrees: dyck; no reference: sentiment)")
     theirs = _dyck(100.0, 64.4)
     theirs["table3_tasks"] = pd.concat([theirs["table3_tasks"], pd.DataFrame([
         {"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a} for v, a in
@@ -757,3 +759,17 @@ def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
     row = end_to_end(load_runs(tmp_path), [record]).iloc[0]
     assert row["theirs"] == "86.7" and row["ours"] == "70.0"
     assert row["difference"] is None and row["beyond_spread"] is None and "first sum digit" in row["note"]
+
+
+def test_the_reference_never_borrows_another_studys_runs(tmp_path):
+    # Our Table 3 memorize item (width 64, group algorithmic) has no reference; the authors' memorization-study
+    # records (width 16, group memorize) must not stand in for it, as our own tables' fallback would do.
+    from reproduce.report import reference_tables
+
+    _fake_run(tmp_path, "algorithmic", "m", "standard", "memorize", {"n": 48, "d": 2}, 1.0)
+    _fake_run(tmp_path, "memorize", "m16", "standard", "memorize", {"n": 128, "d": 2}, 0.2, d_model=16)
+    record = {"study": "memorize", "task": "memorize", "task_params": {"n": 128, "d": 2}, "variant": "standard",
+              "d_model": 16, "n_layers": 2, "n_heads": 4, "steps": 1000, "batch_size": 128, "lr": 0.003,
+              "warmup_steps": 50, "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 19.5}
+    assert len(reference_tables(tmp_path, [record])["table3_tasks"]) == 0
+    assert len(build_tables(tmp_path)["table3_tasks"]) == 1  # ours: the algorithmic study's own run
