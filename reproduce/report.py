@@ -472,30 +472,30 @@ def _f4(t: dict[str, pd.DataFrame]) -> list[Claim]:
     t4, sizes = t["table4_memorize"], t["table4_memorize_sizes"]
     variants = ("standard", "frozen_qk", "mixit", "frozen_mlp")
     claims = []
-    for regime, label in (("fixed", "paper regime"), ("capacity", "at capacity")):
+    for regime, label in (("fixed", "paper regime"), ("capacity", "at capacity")):  # the label names the claim
         rows = t4[t4["regime"] == regime] if "regime" in t4 else t4.iloc[0:0]
         b = {v: _get(rows, "bits_per_trainable_param", variant=v) for v in variants}
         if regime == "capacity":
             if any(x is None for x in b.values()):
-                claims.append(Claim(regime, f"{label} " + _missing(*[f"memorize/{v}" for v, x in b.items() if x is None]),
+                claims.append(Claim(label, f"{label} " + _missing(*[f"memorize/{v}" for v, x in b.items() if x is None]),
                                     None))
                 continue
             numbers = "bits/param " + " / ".join(f"{b[v]:.2f}" for v in variants)
             bits = f"{label}: {numbers}"
             problems = _capacity_problems(sizes, variants)
             if problems:
-                claims.append(Claim(regime, f"{label} not measured ({', '.join(problems)}); {numbers}", None))
+                claims.append(Claim(label, f"{label} not measured ({', '.join(problems)}); {numbers}", None))
                 continue
         else:
             if any(x is None for x in b.values()):
-                claims.append(Claim(regime, f"{label} not measured (no dataset size that standard stores completely "
+                claims.append(Claim(label, f"{label} not measured (no dataset size that standard stores completely "
                                             "with every variant trained)", None))
                 continue
             n = int(rows["n"].iloc[0])
             bits = f"{label} (n={n}, standard stores every key): bits/param " + " / ".join(f"{b[v]:.2f}" for v in variants)
         sd = {v: _get(rows, "bits_per_trainable_param_std", variant=v) or 0.0 for v in variants}
         ok, note = _ordering(b, sd)
-        claims.append(Claim(regime, bits + note, ok))
+        claims.append(Claim(label, bits + note, ok))
     return claims
 
 
@@ -512,10 +512,10 @@ def _f5(t: dict[str, pd.DataFrame]) -> list[Claim]:
                 widths = "/".join(str(int(w)) for w in sorted(t6["d_model"].dropna().unique()))
                 steps = "/".join(f"{int(s):,}" for s in sorted(t6["steps"].dropna().unique()))
                 where = f" (width {widths}, {steps} steps)"
-            claims.append(Claim("depth", f"addition {lo}->{hi} layers{where}: random {r_lo:.1f}->{r_hi:.1f}, "
+            claims.append(Claim("depth accuracy", f"addition {lo}->{hi} layers{where}: random {r_lo:.1f}->{r_hi:.1f}, "
                                          f"mixit {m_lo:.1f}->{m_hi:.1f}", r_hi <= r_lo - 30 and m_hi >= m_lo - 10))
     if not claims:
-        claims.append(Claim("depth", "depth accuracy not measured", None))
+        claims.append(Claim("depth accuracy", "depth accuracy not measured", None))
     if len(t7) and {"random", "mixit"} <= set(t7["variant"]):
         growth = {}
         for v in ("random", "mixit"):
@@ -530,9 +530,9 @@ def _f5(t: dict[str, pd.DataFrame]) -> list[Claim]:
         for label in sorted(set(t7["variant"]) - set(VARIANTS)):
             rows = t7[t7["variant"] == label].sort_values("depth")
             text += f" ({label}: covariance {rows['covariance'].iloc[0]:.2g} -> {rows['covariance'].iloc[-1]:.2g})"
-        claims.append(Claim("covariance", text, growth["random"] >= 10 and growth["mixit"] <= 2))
+        claims.append(Claim("covariance at init", text, growth["random"] >= 10 and growth["mixit"] <= 2))
     else:
-        claims.append(Claim("covariance", "covariance not measured", None))
+        claims.append(Claim("covariance at init", "covariance not measured", None))
     return claims
 
 
