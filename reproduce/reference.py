@@ -145,7 +145,7 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
         med = {k: (float(pd.Series([v for _, v in side[k]]).median()) if side[k] else None) for k in side}
         spread = max((max(v for _, v in side[k]) - min(v for _, v in side[k]) for k in side if side[k]), default=0.0)
         note = OTHER_METRIC.get(str(group.iloc[0]["task"]), "")
-        diff = None if None in med.values() or note else med["ours"] - med["theirs"]
+        diff = None if None in med.values() or note else round(med["ours"] - med["theirs"], 4)
         digits = 3 if metric == "bits/param" else 1
         rows.append({
             "task": where["task_label"], "variant": where["variant"], "d_model": where["d_model"],
