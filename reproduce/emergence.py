@@ -36,6 +36,8 @@ import pandas as pd
 from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
 
+from .markdown import markdown_table as _markdown_table
+
 SCALE = "scale"  # the study group of the scale preset (reproduce.report.SCALE names the same group)
 
 # The paper's numbers these tables compare with: the same values as reproduce.report.PAPER (Dong et al. 2025,
@@ -388,23 +390,9 @@ def _memorize_note(table: pd.DataFrame) -> str:
 
 
 # --------------------------------------------------------------------------- the report section
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if isinstance(x, float):
-        return f"{x:.4g}" if 0 < abs(x) < 0.01 else f"{x:.2f}"
-    return str(x)
-
-
 def markdown_table(df: pd.DataFrame) -> str:
-    """A Markdown table (the same format as reproduce.report.markdown_table)."""
-    if df.empty:
-        return "_No runs of the scale preset for this finding._\n"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    """A Markdown table in the report's format."""
+    return _markdown_table(df, "_No runs of the scale preset for this finding._")
 
 
 def emergence_section(tables: dict[str, pd.DataFrame]) -> list[str]:

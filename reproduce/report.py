@@ -30,6 +30,7 @@ from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.tasks import get_task
 
 from .emergence import emergence_section, emergence_tables
+from .markdown import markdown_table
 from .reference import end_to_end, load_reference, reference_runs
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
@@ -699,24 +700,6 @@ def check_findings(tables: dict[str, pd.DataFrame],
 
 
 # --------------------------------------------------------------------------- writing
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if isinstance(x, float):
-        return f"{x:.4g}" if 0 < abs(x) < 0.01 else f"{x:.2f}"
-    return str(x)
-
-
-def markdown_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "_No runs for this table in this preset._\n"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
-
-
 TITLES = {
     "table1_retrieval": ("Table 1: retrieval and k-hop induction", "Final eval accuracy (%): mean, spread and median "
                          "over seeds, and the seeds stuck far below the median; paper: 100 / ~100 / 97.0 / 11.2 (standard / frozen_mlp / frozen_qk / mixit) on retrieval."),
