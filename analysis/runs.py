@@ -23,6 +23,7 @@ from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, RUN_FILE, SUMMARY_FILE, find_runs, group_of, read_json,
     read_metric_records,
 )
+from training.trainer import resolved_warmup
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
@@ -30,13 +31,6 @@ COLUMNS = [
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "precision", "error",
 ]
-
-
-def resolved_warmup(train: dict[str, Any]) -> int | None:
-    """The warmup a run used: its warmup_steps, else TrainConfig's default (5% of its steps)."""
-    if train.get("warmup_steps") is not None:
-        return int(train["warmup_steps"])
-    return max(1, int(train["steps"]) // 20) if isinstance(train.get("steps"), int) else None
 
 
 def task_label(task: str, params: dict[str, Any]) -> str:
@@ -69,7 +63,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
             task_label=task_label(train["task"], params),
             **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size",
                                          "weight_decay")},
-            warmup_steps=resolved_warmup(train),
+            warmup_steps=resolved_warmup(train["steps"], train.get("warmup_steps"))
+            if isinstance(train.get("steps"), int) else None,
         )
         summary_path = path / SUMMARY_FILE
         if summary_path.is_file():

@@ -13,6 +13,7 @@ the runs of a sweep tokenize a corpus once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import platform
@@ -162,7 +163,7 @@ class TrainConfig:
 
     @property
     def warmup(self) -> int:
-        return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+        return resolved_warmup(self.steps, self.warmup_steps)
 
     def kept_steps(self) -> list[int]:
         """The steps --keep-checkpoints keeps: the initialization (0) and `keep_checkpoints` log-spaced
@@ -196,13 +197,18 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
+def resolved_warmup(steps: int, warmup_steps: int | None) -> int:
+    """The warmup a run uses: warmup_steps if set, else 5% of its steps (at least 1)."""
+    return warmup_steps if warmup_steps is not None else max(1, steps // 20)
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """"fp32" or "bf16" for a TrainConfig.precision on `device` ("auto": bf16 on CUDA, fp32 elsewhere;
     "fast": as auto, but bf16 on a CPU where it pays, see cpu_bf16_speedup)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
     if precision == "fast" and device.type == "cpu":
-        return "bf16" if cpu_has_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"
+        return "bf16" if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"  # 0.0 without native bf16
     if precision in ("auto", "fast"):
         return "bf16" if device.type == "cuda" else "fp32"
     if precision == "bf16" and device.type not in ("cpu", "cuda"):
@@ -218,7 +224,8 @@ def cpu_has_bf16() -> bool:
         return False
 
 
-def _cpu_name() -> str:
+@functools.cache
+def _cpu_name() -> str:  # read once: autocast_for asks cpu_bf16_speedup at every step
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
