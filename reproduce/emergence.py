@@ -37,16 +37,13 @@ from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
 
 from .markdown import markdown_table as _markdown_table
+from .paper import FULL_ACCURACY, PAPER
 
-SCALE = "scale"  # the study group of the scale preset (reproduce.report.SCALE names the same group)
+SCALE = "scale"  # the study group of the scale preset (reproduce.report leaves it out of the paper's tables)
 
-# The paper's numbers these tables compare with: the same values as reproduce.report.PAPER (Dong et al. 2025,
-# Table 3's sentiment accuracies in %, Table 4's bits per trainable parameter), kept here because the report
-# imports this module. tests/test_emergence.py checks that the two agree.
-PAPER_SENTIMENT = {"standard": 92.56, "mixit": 90.55}
-PAPER_MEMORIZE_BITS = {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13}
+PAPER_SENTIMENT = PAPER["sentiment"]  # Table 3's sentiment accuracies (%)
+PAPER_MEMORIZE_BITS = PAPER["memorize_bits"]  # Table 4's bits per trainable parameter
 
-FULL_ACCURACY = 99.9  # % at or above which a memorize set counts as stored completely (as reproduce.report)
 STAT_COLUMNS = ["mean", "std", "median", "seeds", "paper"]
 
 

@@ -29,20 +29,11 @@ from models.files import atomic_file, write_json, write_text
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.tasks import get_task
 
-from .emergence import emergence_section, emergence_tables
+from .emergence import SCALE, emergence_section, emergence_tables
 from .markdown import markdown_table
+from .paper import FULL_ACCURACY, PAPER
 from .reference import end_to_end, load_reference, reference_runs
 
-# Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue.
-# Accuracies in %, LM in validation log-perplexity (WikiText-103), memorization in bits per trainable parameter.
-PAPER = {
-    "retrieval": {"standard": 100.0, "frozen_mlp": 100.0, "frozen_qk": 97.0, "mixit": 11.2},
-    "khop": {"standard": 99.99, "frozen_qk": 96.7, "mixit": 48.6},
-    "lm": {"standard": 2.78, "frozen_qk": 3.07, "mixit": 3.73},
-    "sentiment": {"standard": 92.56, "mixit": 90.55},
-    "memorize_bits": {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13},
-    "speed_faster_pct": {"frozen_qk": 23.9, "mixit": 32.0},
-}
 ALGORITHMIC = ("addition", "dyck", "modadd", "memorize")
 INDUCTION_COLUMNS = ["variant", "run", "task_head", "task_score", "task_shuffled", "task_chance", "task_positional",
                      "ablation_drop", "repeat_head", "repeat_score", "repeat_chance"]
@@ -54,7 +45,6 @@ def _finished(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 BEYOND = "beyond"  # the study group of grid experiments (reproduce/presets/beyond.yaml): not the paper's tables
-SCALE = "scale"  # the study group of the scale preset's sweeps (reproduce/emergence.py): not one setting each
 
 # The paper's finding next to each task of the beyond-the-paper table.
 BEYOND_RELATED = {
@@ -113,7 +103,6 @@ def _lookup(df: pd.DataFrame, value: str, **where: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- tables
-FULL_ACCURACY = 99.9  # % at or above which a memorize set counts as stored completely
 
 def _in_variant_order(df: pd.DataFrame) -> pd.DataFrame:
     """Rows sorted by the task column (if any), then variants in registry order (standard first)."""
