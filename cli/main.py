@@ -129,12 +129,30 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _comma_list(option: str, value: Any) -> list[str]:
+    """A grid option's entries: from repeated options (a list of comma-separated strings), a YAML list or a string."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CLIError(f"{option}={value!r} must be comma-separated names")
+    return [e.strip() for v in value for e in v.split(",") if e.strip()]
+
+
 def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
     extra = {"causal": False} if args.bidirectional else {}
     extra.update(_model_options(getattr(args, "model_option", [])))
-    for key in ("freeze", "attention"):  # the trainability / attention grid on top of --variant
-        if getattr(args, key, None):
-            extra[key] = getattr(args, key)
+    # The trainability grid on top of --variant: every --freeze and a --model-option freeze=... add up.
+    freeze = [*_comma_list("--model-option freeze", extra.get("freeze")), *_comma_list("--freeze", getattr(args, "freeze", None))]
+    if freeze:
+        extra["freeze"] = list(dict.fromkeys(freeze))  # in order, each once
+    attention = getattr(args, "attention", None)
+    if attention:  # one entry per layer: two sources would be ambiguous, so one of them only
+        if len(attention) > 1 or "attention" in extra:
+            raise CLIError(f"mixit train: error: --attention given {len(attention) + ('attention' in extra)} times; give each layer's "
+                           "attention once, comma-separated (e.g. --attention mixing,softmax)")
+        extra["attention"] = attention[0]
     try:
         return TrainConfig(
             steps=args.steps,
@@ -194,10 +212,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="another ModelConfig field, e.g. qk_init_std=0.044 or residual_scale=0.5 (repeatable)")
-    p.add_argument("--freeze", metavar="PARTS",
+    p.add_argument("--freeze", metavar="PARTS", action="append",
                    help="also keep these at their init: comma-separated, from embed, pos, qk, v, o, mix, mlp, norms, "
-                        "unembed; PART@L for layer L only (e.g. v,o or qk@1)")
-    p.add_argument("--attention", metavar="KINDS",
+                        "unembed; PART@L for layer L only (e.g. v,o or qk@1); repeats add up")
+    p.add_argument("--attention", metavar="KINDS", action="append",
                    help="each layer's attention, comma-separated (one entry: every layer): softmax, shaped, mixing "
                         "(fixed random, as MixiT) or learned (trained, input-independent), e.g. mixing,softmax")
     p.add_argument("--nproc", type=int, default=1, metavar="N",

@@ -246,6 +246,7 @@ class ModelConfig:
         _check(len(self.attention) in (0, 1, self.n_layers),
                f"attention={','.join(self.attention)} has {len(self.attention)} entries; give one (every layer) "
                f"or n_layers={self.n_layers}")
+        self._check_freeze_applies()
         if any(self.layer_attention(i) in ("softmax", "shaped") for i in range(self.n_layers)) \
                 and self.spec.positions == "rotary":
             _check(self.d_head % 2 == 0, f"d_head={self.d_head} (d_model / n_heads) must be even for rotary embeddings")
@@ -292,6 +293,57 @@ class ModelConfig:
             if re.fullmatch(COMPONENTS[component].replace("{layer}", layer or r"\d+"), param_name):
                 return True
         return False
+
+    def parameter_names(self) -> list[str]:
+        """The names of the model's parameters (`Transformer.named_parameters()`), from the config alone:
+        what `freeze` entries are checked against. tests/test_grid.py checks it against built models."""
+        names = ["embed.W_E"] + (["pos_embed.W_pos"] if self.spec.positions == "learned" else [])
+        biases = self.bias
+        for i in range(self.n_layers):
+            block = f"blocks.{i}"
+            names.append(f"{block}.ln1.w")
+            kind = self.layer_attention(i)
+            if kind in ("softmax", "shaped"):
+                names += [f"{block}.attn.W_Q", f"{block}.attn.W_K"]
+                names += [f"{block}.attn.b_Q", f"{block}.attn.b_K"] if biases else []
+            elif kind == "learned":
+                names.append(f"{block}.attn.A_learned")
+            names.append(f"{block}.attn.W_V")
+            names += [f"{block}.attn.b_V"] if biases else []
+            names.append(f"{block}.attn.W_O")
+            names += [f"{block}.attn.b_O"] if biases else []
+            names.append(f"{block}.ln2.w")
+            for leaf in ("gate", "in", "out"):
+                names.append(f"{block}.mlp.W_{leaf}")
+                names += [f"{block}.mlp.b_{leaf}"] if biases else []
+        names.append("ln_final.w")
+        readout = ("unembed", "U") if self.n_classes is None else ("classifier", "C")
+        names.append(f"{readout[0]}.W_{readout[1]}")
+        names += [f"{readout[0]}.b_{readout[1]}"] if self.unembed_bias else []
+        return names
+
+    def _check_freeze_applies(self) -> None:
+        """Each `freeze` entry must keep some parameter at its init that the variant would train (else it is a
+        silent no-op on a run labelled as frozen), and something must be left to train."""
+        names = self.parameter_names()
+        trained = [n for n in names if not self.spec.is_frozen(n)]
+        for entry in self.freeze:
+            component, _, layer = entry.partition("@")
+            pattern = COMPONENTS[component].replace("{layer}", layer or r"\d+")
+            if any(re.fullmatch(pattern, n) for n in trained):
+                continue
+            if any(re.fullmatch(pattern, n) for n in names):
+                reason = f"variant {self.variant} already keeps it at its init"
+            else:
+                kinds = sorted({self.layer_attention(i) for i in ([int(layer)] if layer else range(self.n_layers))})
+                reason = f"this model has no such parameters (attention {','.join(kinds)}, {self.spec.positions} positions)"
+            applicable = [c for c in COMPONENTS
+                          if any(re.fullmatch(COMPONENTS[c].replace("{layer}", r"\d+"), n) for n in trained)]
+            raise ValueError(f"freeze entry {entry!r} does not apply: {reason}; "
+                             f"allowed for this model: {', '.join(applicable)}")
+        _check(not self.freeze or any(not self.is_frozen(n) for n in trained),
+               f"freeze={','.join(self.freeze)} leaves nothing left to train in variant {self.variant}; "
+               f"freeze fewer components")
 
     @property
     def is_grid(self) -> bool:

@@ -74,6 +74,16 @@ CASES = [
     ("explorer on nothing", ["app", "{tmp}/noruns", "--headless"], "noruns"),
     ("explorer port", ["app", "{tmp}", "--port", "0"], "--port=0"),
     ("explorer empty host", ["app", "{tmp}", "--host", ""], "--host"),
+    ("freeze mix on softmax attention", ["train", "--task", "addition", "--out", "{tmp}/r", "--freeze", "mix"],
+     "'mix' does not apply"),
+    ("freeze qk on mixit", ["train", "--task", "addition", "--variant", "mixit", "--out", "{tmp}/r", "--freeze", "qk"],
+     "'qk' does not apply"),
+    ("freeze what the variant freezes", ["train", "--task", "addition", "--variant", "frozen_qk", "--out", "{tmp}/r",
+                                         "--model-option", "freeze=qk"], "'qk' does not apply"),
+    ("freeze everything", ["train", "--task", "addition", "--out", "{tmp}/r", "--freeze", "embed,qk,v,o,mlp",
+                           "--freeze", "norms,unembed"], "nothing left to train"),
+    ("attention twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--attention", "mixing", "--attention",
+                         "softmax"], "--attention given 2 times"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
@@ -95,3 +105,14 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-1500:]
     assert named in lines[0], lines[0]
     assert not (tmp_path / "r").exists(), "a refused start must not leave a run directory"
+
+
+@pytest.mark.parametrize("argv", [["--freeze", "v", "--freeze", "o"], ["--model-option", "freeze=v", "--freeze", "o"],
+                                  ["--freeze", "v,o", "--freeze", "v"]],
+                         ids=["--freeze twice", "model option and --freeze", "a repeat"])
+def test_freeze_options_add_up(tmp_path, argv):
+    """Every --freeze and a --model-option freeze=... together: none is dropped, each entry once."""
+    done = _mixit(["train", "--task", "addition", "--out", str(tmp_path / "r"), *argv, *SMALL], tmp_path)
+    assert done.returncode == 0, done.stderr[-1500:]
+    config = json.loads((tmp_path / "r" / "run.json").read_text())["model"]
+    assert config["freeze"] == ["v", "o"]

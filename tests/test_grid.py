@@ -165,6 +165,33 @@ def test_bad_grid_settings_name_the_value(bad, needle):
         ModelConfig(variant="standard", **SHAPE, **bad)
 
 
+@pytest.mark.parametrize("variant", ["standard", "frozen_qk", "mixit", "random", "shaped"])
+@pytest.mark.parametrize("extra", [{}, {"attention": "learned"}, {"attention": "mixing,softmax", "bias": False},
+                                   {"n_classes": 3, "unembed_bias": True}])
+def test_parameter_names_are_the_built_models(variant, extra):
+    """What freeze entries are checked against is what a built model has."""
+    cfg = ModelConfig(variant=variant, **SHAPE, **extra)
+    assert sorted(cfg.parameter_names()) == sorted(name for name, _ in build_model(cfg).named_parameters())
+
+
+@pytest.mark.parametrize("variant, extra, needle", [
+    ("standard", {"freeze": "mix"}, "'mix' does not apply: this model has no such parameters"),
+    ("standard", {"freeze": "pos"}, "'pos' does not apply"),
+    ("mixit", {"freeze": "qk"}, "'qk' does not apply"),
+    ("mixit", {"attention": "mixing,softmax", "freeze": "qk@0"}, "'qk@0' does not apply"),
+    ("frozen_mlp", {"freeze": "mlp"}, "variant frozen_mlp already keeps it"),
+    ("random", {"freeze": "embed,pos,unembed"}, "'pos' does not apply"),
+    ("random", {"freeze": "embed,unembed"}, "nothing left to train"),
+    ("standard", {"freeze": "embed,qk,v,o,mlp,norms,unembed"}, "nothing left to train"),
+])
+def test_a_freeze_that_changes_nothing_or_everything_is_refused(variant, extra, needle):
+    with pytest.raises(ValueError, match=needle) as refused:
+        ModelConfig(variant=variant, **SHAPE, **extra)
+    assert "\n" not in str(refused.value)
+    if "does not apply" in needle:
+        assert "allowed for this model:" in str(refused.value)
+
+
 def test_labels_and_run_names():
     assert grid_label("mixit") == grid_name("mixit") == "mixit"
     assert grid_label("mixit", attention="mixing,softmax") == "mixit [attention mixing,softmax]"
