@@ -1,4 +1,4 @@
-"""The README's exit-code promise through the real `mixit` command: bad input is exit 2 and one line.
+"""The exit-code promise (docs/promises.md) through the real `mixit` command: bad input is exit 2 and one line.
 
 Each case runs `python -m cli ...` in a subprocess, as a shell would, so the code between the parser and
 the library (what catches which error, what it prints) is what is tested. Every case asserts the exit
@@ -82,6 +82,9 @@ CASES = [
                                          "--model-option", "freeze=qk"], "'qk' does not apply"),
     ("freeze everything", ["train", "--task", "addition", "--out", "{tmp}/r", "--freeze", "embed,qk,v,o,mlp",
                            "--freeze", "norms,unembed"], "nothing left to train"),
+    ("a sweep of no variants", ["sweep", "{tmp}/novariants.yaml", "--dry-run"], "variants=[]"),
+    ("a sweep of no tasks", ["sweep", "{tmp}/notasks.yaml", "--out", "{tmp}/r", *SMALL[:-1]], "tasks=[]"),
+    ("a sweep of no seeds", ["sweep", "{tmp}/noseeds.yaml", "--out", "{tmp}/r", *SMALL[:-1]], "seeds=[]"),
     ("attention twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--attention", "mixing", "--attention",
                          "softmax"], "--attention given 2 times"),
 ]
@@ -95,6 +98,9 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "afile").write_text("not a directory")
     (tmp_path / "badgrid.yaml").write_text("variants: [standard]\ntasks: [addition]\nlrs: [fast]\n")
     (tmp_path / "broken.yaml").write_text("studies: [unclosed\n")
+    (tmp_path / "novariants.yaml").write_text("variants: []\ntasks: [addition]\n")
+    (tmp_path / "notasks.yaml").write_text("variants: [standard]\ntasks: []\n")
+    (tmp_path / "noseeds.yaml").write_text("tasks: [addition]\nseeds: []\n")
     (tmp_path / "lm.txt").write_text(generated_corpora["lm"].read_text())
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
     if named == "steps":  # the runs folder holds a run of the preset trained with other settings

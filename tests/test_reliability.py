@@ -1,7 +1,7 @@
 """What a run directory promises under concurrent writers, changed settings, OS errors and signals.
 
 Each test injects the fault (a second writer, an edited setting, a read-only or full disk, Ctrl-C, a
-SIGTERM to the explorer) and checks the documented outcome and exit status (README, "What we promise").
+SIGTERM to the explorer) and checks the documented outcome and exit status (docs/promises.md, "What we promise").
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_precision_over_the_presets_own(tmp_path, capsys):
     code = main(["reproduce", "--preset", str(path), "--precision", "fp32", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0 and out.count("precision=fp32") == len(preset_runs(preset, no_text)) == 12 and "bf16" not in out
-    # quick's choice (README, Benchmarks): bf16 where this machine's bf16 matmuls pay, fp32 for the overhead-bound
+    # quick's choice (docs/benchmarks.md): bf16 where this machine's bf16 matmuls pay, fp32 for the overhead-bound
     # width-16 study
     quick = load_preset("quick")
     assert quick.train["precision"] == "fast" and quick.studies["memorize"].train["precision"] == "fp32"
