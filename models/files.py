@@ -156,3 +156,8 @@ _Loader.add_implicit_resolver(
 def load_yaml(text: str) -> Any:
     """Parse YAML text (safe: plain data only), with exponent floats without a dot read as numbers."""
     return yaml.load(text, Loader=_Loader)
+
+
+def as_list(value: Any) -> list:
+    """A YAML value that may be written as one item or as a list of items, as a list."""
+    return value if isinstance(value, list) else [value]

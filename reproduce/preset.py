@@ -26,15 +26,11 @@ from typing import Any
 
 import yaml
 
-from models.files import load_yaml
+from models.files import as_list, load_yaml
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
 TEXT_KINDS = ("lm", "sentiment")  # what a study's `text:` may name: the corpus it needs (reproduce.pipeline)
-
-
-def _as_list(value: Any) -> list:
-    return value if isinstance(value, list) else [value]
 
 
 def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
@@ -77,7 +73,7 @@ class Study:
         _check_train(f"{where}study {name!r}: train", data.get("train"))
         if data.get("text") not in (None, *TEXT_KINDS):
             raise ValueError(f"{where}study {name!r}: text={data['text']!r} must be one of {sorted(TEXT_KINDS)}")
-        lists = {k: _as_list(data[k]) for k in ("tasks", "variants", "sizes", "seeds", "lrs") if k in data}
+        lists = {k: as_list(data[k]) for k in ("tasks", "variants", "sizes", "seeds", "lrs") if k in data}
         return cls(**{**data, **lists, "train": dict(data.get("train") or {})})
 
 
@@ -105,7 +101,7 @@ class Preset:
         _check_train(f"{where}: train", data.get("train"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
         blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed")}
-        skip = _as_list(data.get("skip") or [])
+        skip = as_list(data.get("skip") or [])
         bad = [s for s in skip if s not in SKIPPABLE]
         if bad:
             raise ValueError(f"{where}: skip={bad!r}: only these stages can be skipped: {', '.join(SKIPPABLE)}")

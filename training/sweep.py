@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from models import VARIANTS
 from models.config import grid_name
-from models.files import load_yaml
+from models.files import as_list, load_yaml
 
 from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, write_runs_table, write_text
 from .tasks import TASKS
@@ -85,13 +85,9 @@ def variant_entry(entry: Any) -> tuple[str, dict[str, Any]]:
     return name, settings
 
 
-def _as_list(value: Any) -> list:
-    return value if isinstance(value, list) else [value]
-
-
 def _tasks_from_file(entries: Any) -> list[tuple[str, dict]]:
     out = []
-    for entry in _as_list(entries):
+    for entry in as_list(entries):
         if isinstance(entry, str):
             out.append((entry, {}))
         elif isinstance(entry, dict) and len(entry) == 1:
@@ -130,6 +126,11 @@ def expand_grid(
 ) -> list[Run]:
     """The cross product as (run name, TrainConfig), validating every value up front (text tasks are
     built once, their tokens cached in `cache_dir`)."""
+    allowed = {"variants": f"'all' or some of: {', '.join(VARIANTS)}", "tasks": f"some of: {', '.join(TASKS)}",
+               "sizes": "{d_model, n_layers, n_heads} mappings", "seeds": "integers", "lrs": "numbers"}
+    for axis, values in zip(allowed, (variants, tasks, sizes, seeds, lrs)):
+        if not list(values):  # an empty axis would be an empty grid: nothing to train, and nothing said
+            raise ValueError(f"{axis}=[] is empty; give at least one ({allowed[axis]})")
     variants = list(VARIANTS) if list(variants) == ["all"] else list(variants)
     entries = [variant_entry(v) for v in variants]
     runs: list[Run] = []
@@ -167,7 +168,7 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
     grid = load_grid_file(Path(grid_file)) if grid_file else {}
     defaults = TrainConfig()
 
-    variants = overrides.get("variants") or _as_list(grid.get("variants", ["all"]))
+    variants = overrides.get("variants") or as_list(grid.get("variants", ["all"]))
     if overrides.get("tasks"):
         for t in overrides["tasks"]:
             if t not in TASKS:
@@ -193,9 +194,9 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
         sizes = overrides.get("sizes") or [
             {"d_model": defaults.d_model, "n_layers": defaults.n_layers, "n_heads": defaults.n_heads}]
     else:
-        sizes = [dict(s) for s in _as_list(grid["sizes"])]
-    seeds = overrides.get("seeds") or _as_list(grid.get("seeds", [0]))
-    lrs = overrides.get("lrs") or _as_list(grid.get("lrs", [defaults.lr]))
+        sizes = [dict(s) for s in as_list(grid["sizes"])]
+    seeds = overrides.get("seeds") or as_list(grid.get("seeds", [0]))
+    lrs = overrides.get("lrs") or as_list(grid.get("lrs", [defaults.lr]))
     train_fields = {**grid.get("train", {}), **overrides.get("train", {})}
     if "model_extra" in grid.get("train", {}) and "model_extra" in overrides.get("train", {}):
         train_fields["model_extra"] = {**grid["train"]["model_extra"], **overrides["train"]["model_extra"]}
