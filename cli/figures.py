@@ -34,4 +34,18 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     if not args.runs_dir.is_dir():
         raise CLIError(f"mixit figures: error: RUNS_DIR {args.runs_dir} is not a directory")
+    if args.out is not None:
+        _check_out_dir(args.out)
     return draw_and_list(args.runs_dir, args.out, args.only)
+
+
+def _check_out_dir(out: Path) -> None:
+    """--out must be a directory or a place one can be made: not an existing file, nor below one (otherwise
+    every figure would fail on its own with the same error)."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == out else f" (its parent {path} is a file)"
+                raise CLIError(f"mixit figures: error: --out {out} is not a directory{where}; "
+                               "give a directory, new or existing")
+            return

@@ -70,6 +70,8 @@ CASES = [
     ("runs trained otherwise", ["reproduce", "--preset", "smoke", "--dry-run", "--out", "{tmp}/runs",
                                 "--text-file", "{tmp}/lm.txt", "--sentiment-file", "{tmp}/sentiment.txt"], "steps"),
     ("figures of nothing", ["figures", "{tmp}/noruns"], "noruns"),
+    ("figures into a file", ["figures", "{tmp}", "--out", "{tmp}/afile"], "afile is not a directory"),
+    ("figures below a file", ["figures", "{tmp}", "--out", "{tmp}/afile/sub"], "afile is a file"),
     ("analyze nothing", ["analyze", "{tmp}/nocheckpoint"], "nocheckpoint"),
     ("explorer on nothing", ["app", "{tmp}/noruns", "--headless"], "noruns"),
     ("explorer port", ["app", "{tmp}", "--port", "0"], "--port=0"),
