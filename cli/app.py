@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -77,10 +79,31 @@ def streamlit_command(runs: Path, port: int | None = None, headless: bool = Fals
     return cmd + ["--", "--runs", str(runs)]
 
 
+def check_port(host: str, port: int) -> None:
+    """CLIError (one line naming the port) if something already listens on host:port. Streamlit would
+    otherwise print its own multi-line error, or serve on another port than the one asked for."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise CLIError(f"mixit app: error: --host={host!r} cannot be resolved ({e.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise CLIError(f"mixit app: error: --port={port} is already in use on {host}; "
+                               "give another --port, or leave --port out for the next free one") from None
+            raise CLIError(f"mixit app: error: cannot serve on {host}:{port} ({e.strerror})") from None
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     """Become the Streamlit server (exec): SIGTERM, SIGINT and SIGHUP then reach the server itself, and no
     child is left serving after `kill PID`."""
     cmd = streamlit_command(args.runs, args.port, args.headless, host=args.host)
+    if args.port is not None:
+        check_port(args.host, args.port)
     if not is_loopback(args.host):
         print(f"mixit app: warning: serving on {args.host}: anyone who can reach this machine can browse these runs "
               "and make the server load their models", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,8 @@ CASES = [
 if not torch.cuda.is_available():
     CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
                   "cuda"))
+    CASES.append(("a GPU that is not there, on 2 processes", ["train", "--task", "addition", "--out", "{tmp}/r",
+                                                             "--device", "cuda", "--nproc", "2", *SMALL], "cuda"))
 
 
 @pytest.mark.parametrize("argv, named", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -124,3 +127,14 @@ def test_freeze_options_add_up(tmp_path, argv):
     assert done.returncode == 0, done.stderr[-1500:]
     config = json.loads((tmp_path / "r" / "run.json").read_text())["model"]
     assert config["freeze"] == ["v", "o"]
+
+
+def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _mixit(["app", str(tmp_path), "--port", str(port), "--headless"], tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == EXIT_USAGE and len(lines) == 1, done.stderr[-1500:]
+    assert f"--port={port} is already in use" in lines[0]
