@@ -51,7 +51,7 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
 
 def executor_from_args(args: argparse.Namespace, workers: int):
     """The training.sweep.Executor the options ask for; CLIError (exit 2) for a bad combination or a missing Ray."""
-    from training.sweep import Executor, check_ray
+    from training.sweep import Executor, check_ray, check_ray_address
 
     if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or args.gpus_per_run != 0.0):
         raise CLIError(f"mixit {args.command}: error: --address, --cpus-per-run and --gpus-per-run need --executor ray")
@@ -59,6 +59,7 @@ def executor_from_args(args: argparse.Namespace, workers: int):
         executor = Executor(args.executor, workers, args.address, args.cpus_per_run, args.gpus_per_run)
         if executor.kind == "ray":
             check_ray()
+            check_ray_address(executor.address)
     except ValueError as e:
         raise CLIError(f"mixit {args.command}: error: {e}") from None
     return executor

@@ -75,3 +75,21 @@ def test_missing_ray_is_one_line(tmp_path, monkeypatch, capsys):
 def test_ray_options_need_the_ray_executor(tmp_path, capsys):
     code = main([*SWEEP, "--out", str(tmp_path / "s"), "--address", "auto"])
     assert code == 2 and "--address, --cpus-per-run and --gpus-per-run need --executor ray" in capsys.readouterr().err
+
+
+def test_an_address_where_nothing_listens_fails_in_seconds_in_one_line(tmp_path):
+    pytest.importorskip("ray")
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on: bound, then released
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        start = time.monotonic()
+        done = sweep("--out", str(tmp_path / "s"), "--executor", "ray", "--address", address)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+        assert address in lines[0] and "no Ray cluster answers" in lines[0]
+        assert time.monotonic() - start < 60  # Ray itself retries for minutes
+    assert not (tmp_path / "s").exists()

@@ -423,6 +423,26 @@ def check_ray() -> None:
         raise ValueError("executor 'ray' needs Ray, which is not installed: pip install 'mixit-lab[ray]'") from None
 
 
+def check_ray_address(address: str | None, timeout: float = 3.0) -> None:
+    """ValueError within `timeout` seconds if `address` ("HOST:PORT" or "ray://HOST:PORT") has nothing listening:
+    ray.init would otherwise retry for minutes, printing a warning each time. "auto", "local" and None are left to
+    Ray."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    match = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address.strip())
+    if not match:
+        raise ValueError(f"address={address!r} is not HOST:PORT, ray://HOST:PORT, auto or local")
+    host, port = match[1], int(match[2])
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, socket.timeout) else (e.strerror or type(e).__name__)
+        raise ValueError(f"address={address!r}: no Ray cluster answers there ({reason}); start one with "
+                         f"`ray start --head --port {port}`, or leave --address out to start Ray here") from None
+
+
 def _ray_task(fn: Callable[[Any], Any], threads: int, job: Any) -> Any:
     _set_threads(threads)
     return fn(job)
