@@ -10,7 +10,16 @@ from .transformer import Transformer, load_model
 
 
 def build_model(config: ModelConfig) -> Transformer:
-    """A freshly initialised model; the same config (seed included) gives identical weights."""
+    """A freshly initialised model; the same config (seed included) gives identical weights.
+
+    Args:
+        config: the variant, sizes (`d_model`, `n_layers`, `n_heads`, `n_ctx`, `d_vocab`), seed and the
+            grid fields (`freeze`, `attention`).
+
+    Returns:
+        A `Transformer` (a TransformerLens `HookedRootModule`): `model(tokens)` maps int64 tokens
+        `[batch, pos]` to logits `[batch, pos, d_vocab]`.
+    """
     if not isinstance(config, ModelConfig):
         raise TypeError(f"build_model expects a ModelConfig, got {type(config).__name__}")
     return Transformer(config)

@@ -654,7 +654,13 @@ class Transformer(HookedRootModule):
         return self.ln_final(resid)
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Like HookedRootModule.run_with_cache, but returns an `ActivationCache` (as HookedTransformer did)."""
+        """Like HookedRootModule.run_with_cache, but returns an `ActivationCache` (as HookedTransformer did).
+
+        Returns:
+            `(output, cache)`: the forward's output (logits `[batch, pos, d_vocab]` by default) and the
+            activations by hook name, e.g. `cache["blocks.0.attn.hook_pattern"]` `[batch, head,
+            query_pos, key_pos]`, `cache["blocks.0.hook_resid_post"]` `[batch, pos, d_model]`.
+        """
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if return_cache_object:
             return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
@@ -762,8 +768,19 @@ def load_model(path: str | Path, device: str | torch.device | None = None) -> Tr
     """Load a checkpoint directory written by `save_pretrained` (or a training run directory) into a new model.
 
     A checkpoint with a tokenizer.json (models trained on text) gets its tokenizer attached.
-    Raises FileNotFoundError for a missing directory or file, CheckpointError for a truncated,
-    corrupt or mismatched one; every message names the offending file.
+
+    Args:
+        path: a run directory (its latest checkpoint), its `checkpoint/` folder, or a folder written by
+            `save_pretrained`.
+        device: where to put the weights (`"cpu"` loads a CUDA-trained run on any machine); None keeps
+            them where loading put them.
+
+    Returns:
+        The `Transformer`, with the weights and config of the checkpoint.
+
+    Raises:
+        FileNotFoundError: a missing directory or file.
+        CheckpointError: a truncated, corrupt or mismatched checkpoint; the message names the file.
     """
     config, state, tokenizer = read_weights(path)
     model = Transformer(config)

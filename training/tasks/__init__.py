@@ -44,8 +44,16 @@ ALGORITHMIC_TASKS: tuple[str, ...] = tuple(name for name, cls in TASKS.items() i
 def get_task(name: str, *, cache_dir: str | Path | None = None, **params: Any) -> Task:
     """Build a task by name; unknown names/parameters and bad values raise a one-line ValueError.
 
-    `cache_dir`: where a task built from a corpus caches its tokenizer and token arrays (ignored by
-    the others; None caches nothing).
+    Args:
+        name: one of `TASKS` (`addition`, `dyck`, `retrieval`, `khop`, `modadd`, `memorize`, `lm`,
+            `sentiment`).
+        cache_dir: where a task built from a corpus caches its tokenizer and token arrays (ignored by
+            the others; None caches nothing).
+        **params: the task's parameters (e.g. `digits=3` for addition); the task's defaults otherwise.
+
+    Returns:
+        The `Task`: `task.sample(n)` gives `(tokens int64 [n, seq_len], mask bool [n, seq_len])`,
+        `task.eval_set()` the fixed held-out rows.
     """
     if not isinstance(name, str) or name not in TASKS:
         raise ValueError(f"unknown task {name!r}; allowed: {', '.join(sorted(TASKS))}")
