@@ -14,6 +14,11 @@ checkpoint directory from `save_pretrained`) this writes a directory holding
     memory.csv           analysis.memory.memorized_bits (memorize task only)
     ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
                          class loss and accuracy for classifiers)
+    components.csv       analysis.components.component_effects on the task's eval set (algorithmic tasks:
+                         those with answer tokens): each attention layer's, MLP's and head's share of
+                         the answer's logit difference, and loss and accuracy with each layer's
+                         attention or MLP (or all of them) mean- or resample-ablated; memorize runs add
+                         the memorized bits under each mean ablation
     task_induction.csv   analysis.heads.task_induction_scores on the same eval rows (khop runs only):
                          per head, the attention mass on the positions holding each answer and a
                          shuffled-source control; the summary adds chance, the positional ceiling
@@ -39,7 +44,7 @@ from typing import Any, Callable
 from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE
 
 FORMAT = "mixit-lab/analysis"
-ANALYSIS_VERSION = 4  # bump when a definition changes, so cached results are recomputed
+ANALYSIS_VERSION = 5  # bump when a definition changes, so cached results are recomputed
 ANALYSIS_SUBDIR = ANALYSIS_DIR
 ABLATION_METHODS = ("mean", "zero", "none")
 
@@ -203,6 +208,25 @@ def _ablation(ctx: AnalysisContext) -> AnalysisResult:
     })
 
 
+def _components_applies(ctx: AnalysisContext) -> str | None:
+    if ctx.task is None:
+        return ctx.task_note
+    if ctx.task.is_classifier() or ctx.task.needs_corpus:
+        return f"component attribution reads answer tokens of the algorithmic tasks, not {ctx.task.name!r}"
+    if min(ctx.options.eval_samples, ctx.task.default_eval_size) < 2:
+        return "resample ablation needs at least 2 eval rows"
+    return None
+
+
+def _components(ctx: AnalysisContext) -> AnalysisResult:
+    from .components import component_effects
+
+    tokens, mask = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
+    r = component_effects(ctx.model, tokens, mask, ctx.task.metric, seed=ctx.options.seed,
+                          memorize_task=ctx.task if ctx.task.name == "memorize" else None)
+    return AnalysisResult({"components": r.table}, r.summary())
+
+
 def _task_induction_applies(ctx: AnalysisContext) -> str | None:
     if ctx.task is not None and hasattr(ctx.task, "answer_sources"):
         return None
@@ -248,6 +272,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("signal", _always, _signal),
     Analysis("memory", _memory_applies, _memory),
     Analysis("ablation", _ablation_applies, _ablation),
+    Analysis("components", _components_applies, _components),
     Analysis("task_induction", _task_induction_applies, _task_induction),
     Analysis("patching", _patching_applies, _patching),
 )

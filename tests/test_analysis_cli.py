@@ -40,7 +40,7 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
     assert f"{run}: computed" in out and str(folder) in out
     meta = json.loads((folder / "analysis.json").read_text())
     assert meta["checkpoint_sha256"] == checkpoint_hash(run / "checkpoint")
-    assert meta["computed"] == ["heads", "in_context_loss", "attention", "signal", "ablation", "patching"]
+    assert meta["computed"] == ["heads", "in_context_loss", "attention", "signal", "ablation", "components", "patching"]
     assert set(meta["skipped"]) == {"memory", "task_induction"} and "retrieval" in meta["skipped"]["memory"]
     assert meta["task"]["name"] == "retrieval" and meta["model"]["variant"] == "standard"
     assert sorted(p.name for p in folder.iterdir()) == sorted(["analysis.json", *meta["tables"].values()])
@@ -70,7 +70,7 @@ def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_pat
     assert code == 0, err
     folder = run / "analysis"
     meta = json.loads((folder / "analysis.json").read_text())
-    assert meta["computed"][-3:] == ["ablation", "task_induction", "patching"] and "task_induction" not in meta["skipped"]
+    assert meta["computed"][-4:] == ["ablation", "components", "task_induction", "patching"] and "task_induction" not in meta["skipped"]
     scores = pd.read_csv(folder / "task_induction.csv")
     assert list(scores.columns) == ["layer", "head", "score", "shuffled"] and len(scores) == 4
     aligned = meta["summary"]["task_induction"]
@@ -156,7 +156,11 @@ def test_analyze_works_for_every_variant_and_task(variant, task, params, tmp_pat
     meta = json.loads((run / "analysis" / "analysis.json").read_text())
     assert {"attention", "signal"} <= set(meta["computed"]) and meta["model"]["variant"] == variant
     assert ("memory" in meta["computed"]) == (task == "memorize")
-    assert "ablation" in meta["computed"]
+    assert {"ablation", "components"} <= set(meta["computed"])
+    components = pd.read_csv(run / "analysis" / "components.csv")
+    assert set(components["component"]) >= {"attn", "mlp", "head", "all_attn", "all_mlp", "embed"}
+    assert components["mean_bits"].notna().any() == (task == "memorize")
+    assert set(meta["summary"]["components"]) >= {"attn", "mlp", "logit_diff", "baseline_accuracy"}
 
 
 def test_analyze_bad_input_is_a_one_line_error(tmp_path, capsys):
