@@ -250,7 +250,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         # Validate the task, the model shape and the tracker before writing the run directory
         # (the token cache is where train() looks for it).
-        cfg.model_config(cache_dir=args.out.parent / DATA_CACHE_DIR)
+        task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
+        cfg.model_config(task)
+        if args.eval_samples is not None and task.held_out_size is not None and args.eval_samples > task.held_out_size:
+            raise ValueError(f"--eval-samples={args.eval_samples} is more than the {task.held_out_size} rows task "
+                             f"{task.name!r} holds out here; allowed: 1..{task.held_out_size}")
         check_tracker(args.tracker)
         pick_device(cfg.device)  # a GPU asked for and not there is bad input too
     except ValueError as e:
@@ -272,16 +276,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _process_limit(device: str) -> tuple[int, str]:
+    """How many training processes this machine can run side by side: one per GPU on CUDA, one per CPU core
+    (that this process may use) elsewhere."""
+    import torch
+
+    if pick_device(device).type == "cuda":
+        return torch.cuda.device_count(), "GPUs"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores, "CPU cores"
+
+
 def _launch_torchrun(args: argparse.Namespace) -> int:
     """`mixit train --nproc N ...` is `torchrun --nproc-per-node N -m cli train ...` (the same options, less --nproc)."""
     import subprocess
 
     if args.nproc < 1:
-        raise CLIError(f"--nproc={args.nproc} must be >= 1")
+        raise CLIError(f"mixit train: error: --nproc={args.nproc} must be >= 1")
     if Ranks.from_env().size > 1:
         raise CLIError("--nproc: already running under torchrun; drop --nproc")
     if args.batch_size % args.nproc:
         raise CLIError(f"--batch-size={args.batch_size} must be divisible by --nproc={args.nproc}")
+    limit, what = _process_limit(args.device)
+    if args.nproc > limit:
+        raise CLIError(f"mixit train: error: --nproc={args.nproc} is more than the {limit} {what} of this machine; "
+                       f"allowed: 1..{limit}")
     argv, skip = [], False
     for a in args.argv:
         if skip:

@@ -127,10 +127,14 @@ class TrainConfig:
         return get_task(self.task, cache_dir=cache_dir, **self.task_params)
 
     def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
-        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted.
+        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted,
+        and `eval_samples` must not pass the task's cap (`task.max_eval_size`).
 
         Without `task`, the task is built (with its token cache in `cache_dir`)."""
         task = task or self.build_task(cache_dir)
+        if self.eval_samples is not None and self.eval_samples > task.max_eval_size:
+            raise ValueError(f"eval_samples={self.eval_samples} is more than task {task.name!r} holds out "
+                             f"(at most {task.max_eval_size}); allowed: 1..{task.max_eval_size}")
         required = task.model_overrides
         if self.model_extra.get("n_classes") is not None and "n_classes" not in required:
             raise ValueError(f"n_classes={self.model_extra['n_classes']!r}: task {task.name!r} predicts tokens; "

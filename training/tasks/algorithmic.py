@@ -344,6 +344,10 @@ class ModAdd(Task):
     def default_eval_size(self) -> int:
         return self.eval_pairs.numel()
 
+    @property
+    def held_out_size(self) -> int:
+        return self.eval_pairs.numel()
+
     def _rows(self, pair_index: torch.Tensor) -> Batch:
         a, b = pair_index // self.p, pair_index % self.p
         tokens = torch.stack([a, b, (a + b) % self.p], dim=1)
@@ -412,6 +416,10 @@ class Memorize(Task):
 
     @property
     def default_eval_size(self) -> int:
+        return self.num_keys
+
+    @property
+    def held_out_size(self) -> int:
         return self.num_keys
 
     def _rows(self, key_index: torch.Tensor) -> Batch:

@@ -47,6 +47,9 @@ SPLIT_SEED = 12345  # modadd train/eval split (the authors shuffle with random.s
 LABEL_SEED = 12345  # memorize labels
 EVAL_CHUNK = 1000
 DEFAULT_EVAL_SIZE = 4000  # the authors' eval_size
+# The most held-out rows a run may evaluate on (`eval_samples`; `Task.max_eval_size`): every eval pass
+# scores them all, and training is kept away from each of them. A larger fixed held-out set raises it.
+MAX_EVAL_SIZE = 65_536
 
 Batch = tuple[torch.Tensor, ...]  # (tokens, mask), or (tokens, mask, labels) for classification tasks
 
@@ -160,6 +163,17 @@ class Task:
     @property
     def default_eval_size(self) -> int:
         return DEFAULT_EVAL_SIZE
+
+    @property
+    def max_eval_size(self) -> int:
+        """The most held-out rows `eval_samples` may ask for: MAX_EVAL_SIZE, or a larger fixed held-out set's size."""
+        return max(MAX_EVAL_SIZE, self.held_out_size or 0)
+
+    @property
+    def held_out_size(self) -> int | None:
+        """The size of a fixed, finite held-out set (None: rows are drawn). `eval_set(n)` with a larger n
+        returns all of it; `mixit train --eval-samples` refuses more."""
+        return None
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
         """Draw `n` rows: (tokens int64 [n, seq_len], mask bool [n, seq_len])."""

@@ -169,6 +169,10 @@ class LanguageModeling(_TextTask):
     def default_eval_size(self) -> int:
         return min(self.eval_windows, DEFAULT_EVAL_SIZE)
 
+    @property
+    def held_out_size(self) -> int:
+        return self.eval_windows
+
     def _windows(self, array: np.ndarray, starts: np.ndarray) -> Batch:
         tokens = torch.from_numpy(array[starts[:, None] + np.arange(self.seq_len)].astype(np.int64))
         mask = torch.ones(tokens.shape, dtype=torch.bool)
@@ -259,6 +263,10 @@ class SentimentClassification(_TextTask):
     @property
     def default_eval_size(self) -> int:
         return min(len(self.val_rows), DEFAULT_EVAL_SIZE)
+
+    @property
+    def held_out_size(self) -> int:
+        return len(self.val_rows)
 
     def _rows(self, rows: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> Batch:
         tokens = rows[index]
