@@ -634,13 +634,14 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
     eval_batch = task.eval_set(cfg.eval_samples)
 
-    step, elapsed_before, best_acc = 0, 0.0, None
+    step, elapsed_before, best_acc, window = 0, 0.0, None, (0.0, 0)
     if resume and (ckpt / STATE_JSON).is_file():
         from models import load_model
 
         model.load_state_dict(load_model(ckpt).state_dict())
         meta = _load_trainer_state(ckpt, optimizer, stream)
         step, elapsed_before, best_acc = meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc")
+        window = meta.get("window_loss", 0.0), meta.get("window_n", 0)
         if ranks.main:
             truncate_metrics(out, step)
     elif ranks.main:
@@ -676,7 +677,9 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     def save_checkpoint(at_step: int, elapsed: float) -> None:
         with atomic_directory(ckpt) as tmp:
             write_model_files(model, tmp)
-            _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc})
+            # The training-loss window since the last log goes along, so that a resumed run logs the same loss.
+            _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc,
+                                                                  "window_loss": window_loss, "window_n": window_n})
 
     track = open_tracker(tracker, out, cfg.to_dict(), step) if ranks.main else None
 
@@ -692,7 +695,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     model.train()
     t_start = time.perf_counter()
     train_time, train_tokens, last, last_acc = 0.0, 0, {}, float("nan")
-    window_loss, window_n = 0.0, 0
+    window_loss, window_n = window  # the training loss summed over the steps since the last log
     try:
         while step < cfg.steps:
             t0 = time.perf_counter()
