@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce demo test venv clean
+.PHONY: reproduce demo test test-fast venv clean
 
 venv: $(VENV)/.installed
 
@@ -28,6 +28,11 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: every package, without the tests marked slow (torchrun, Ray, notebooks, the browser,
+# long training, end-to-end reproductions, and each CLI case's fresh interpreter); `make test` runs them all.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick figures/out/quick

@@ -28,6 +28,27 @@ def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
 
 
+# Each case runs through the real command (`python -m cli`, a fresh interpreter: `make test`) and, for the
+# fast loop (`make test-fast`), through cli.main.main in this process: the same parser, handlers and
+# error handling, without a second of interpreter start-up per case.
+RUNNERS = [pytest.param("python -m cli", marks=pytest.mark.slow, id="python -m cli"), pytest.param("main", id="main")]
+
+
+@pytest.fixture
+def mixit(request, monkeypatch, capsys):
+    """mixit(argv, cwd) -> CompletedProcess, through the runner the test is parametrized with."""
+    def in_process(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        from cli.main import main
+
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+    return _mixit if request.param == "python -m cli" else in_process
+
+
 def _stale_run(tmp: Path) -> Path:
     """A runs folder holding the smoke preset's first run trained with other settings (more steps)."""
     from reproduce.pipeline import TextChoice, load_preset, preset_runs
@@ -106,8 +127,9 @@ if not torch.cuda.is_available():
                                                              "--device", "cuda", "--nproc", "2", *SMALL], "cuda"))
 
 
+@pytest.mark.parametrize("mixit", RUNNERS, indirect=True)
 @pytest.mark.parametrize("argv, named", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_corpora, argv, named):
+def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_corpora, mixit, argv, named):
     (tmp_path / "afile").write_text("not a directory")
     (tmp_path / "badgrid.yaml").write_text("variants: [standard]\ntasks: [addition]\nlrs: [fast]\n")
     (tmp_path / "broken.yaml").write_text("studies: [unclosed\n")
@@ -118,7 +140,7 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
     if named == "steps":  # the runs folder holds a run of the preset trained with other settings
         _stale_run(tmp_path)
-    done = _mixit([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
+    done = mixit([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == EXIT_USAGE, done.stderr[-1500:]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-1500:]
@@ -129,20 +151,25 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
 @pytest.mark.parametrize("argv", [["--freeze", "v", "--freeze", "o"], ["--model-option", "freeze=v", "--freeze", "o"],
                                   ["--freeze", "v,o", "--freeze", "v"]],
                          ids=["--freeze twice", "model option and --freeze", "a repeat"])
-def test_freeze_options_add_up(tmp_path, argv):
+@pytest.mark.parametrize("mixit", RUNNERS, indirect=True)
+def test_freeze_options_add_up(tmp_path, mixit, argv):
     """Every --freeze and a --model-option freeze=... together: none is dropped, each entry once."""
-    done = _mixit(["train", "--task", "addition", "--out", str(tmp_path / "r"), *argv, *SMALL], tmp_path)
+    done = mixit(["train", "--task", "addition", "--out", str(tmp_path / "r"), *argv, *SMALL], tmp_path)
     assert done.returncode == 0, done.stderr[-1500:]
     config = json.loads((tmp_path / "r" / "run.json").read_text())["model"]
     assert config["freeze"] == ["v", "o"]
 
 
-def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path):
+@pytest.mark.parametrize("mixit", RUNNERS, indirect=True)
+def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path, mixit, monkeypatch):
+    from cli import app
+
+    monkeypatch.setattr(app.os, "execv", lambda *a: pytest.fail("must not start Streamlit"))  # in this process
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _mixit(["app", str(tmp_path), "--port", str(port), "--headless"], tmp_path)
+        done = mixit(["app", str(tmp_path), "--port", str(port), "--headless"], tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == EXIT_USAGE and len(lines) == 1, done.stderr[-1500:]
     assert f"--port={port} is already in use" in lines[0]

@@ -28,8 +28,9 @@ CONFIG = TrainConfig(task="addition", task_params={"digits": 2}, variant="mixit"
                      lr=0.003, batch_size=16, steps=STEPS, eval_every=50, eval_samples=64, checkpoint_every=5)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-pytestmark = pytest.mark.skipif(CORES < 2, reason="--nproc 2 on CPU needs 2 cores (mixit train refuses more "
-                                                  "processes than cores)")
+pytestmark = [pytest.mark.slow,  # torchrun: a few processes each importing torch
+              pytest.mark.skipif(CORES < 2, reason="--nproc 2 on CPU needs 2 cores (mixit train refuses more "
+                                                   "processes than cores)")]
 
 
 def mixit_train(*args: str, **kw) -> subprocess.Popen:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from analysis.heads import COLUMNS
@@ -74,6 +75,7 @@ def test_committed_notebook_is_clean():
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.slow
 def test_notebook_trains_its_own_model(tmp_path, monkeypatch):
     text = _check_common(_execute(tmp_path, monkeypatch), images=3)
     assert re.search(r"trained \d+ steps", text)
@@ -82,6 +84,7 @@ def test_notebook_trains_its_own_model(tmp_path, monkeypatch):
     assert list(tmp_path.glob("mixit-notebook-*/khop1-standard/summary.json"))
 
 
+@pytest.mark.slow
 def test_notebook_opens_mixit_checkpoint(tmp_path, monkeypatch):
     config = ModelConfig(variant="mixit", d_model=32, n_layers=2, n_heads=4, n_ctx=24, d_vocab=20, seed=0)
     checkpoint = build_model(config).save_pretrained(tmp_path / "ckpt")

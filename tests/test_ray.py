@@ -14,6 +14,8 @@ import pytest
 
 from cli.main import main
 
+pytestmark = pytest.mark.slow  # each test starts a local Ray
+
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--seeds", "0", "1",
          "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "30", "--batch-size", "16",

@@ -386,7 +386,8 @@ def test_abbreviated_options_are_refused_through_the_real_command(tmp_path, argv
 
 @pytest.mark.parametrize("argv", [
     ["train", "--out", "run"],
-    ["sweep", "--tasks", "dyck", "--variants", "standard", "--seeds", "0", "1", "--workers", "2", "--out", "sweep"],
+    pytest.param(["sweep", "--tasks", "dyck", "--variants", "standard", "--seeds", "0", "1", "--workers", "2", "--out",
+                  "sweep"], marks=pytest.mark.slow),
 ], ids=["train", "sweep-workers"])
 def test_a_warning_is_one_line_without_library_source(tmp_path, argv):
     # Dyck with 8 pairs: the first batch overlaps the eval set and TrainStream warns. Python's default format
@@ -413,6 +414,7 @@ def _killed_on_three(x):
     return x * 10
 
 
+@pytest.mark.slow  # worker processes
 def test_a_killed_pool_worker_fails_its_job_and_the_others_finish():
     from training.sweep import WorkerDied, pool_map
 

@@ -143,6 +143,7 @@ def test_standard_lm_beats_the_unigram_baseline_on_tiny_shakespeare(tmp_path, on
 
 
 @needs_data
+@pytest.mark.slow
 def test_frozen_qk_and_mixit_train_on_wikitext2_through_the_cli(tmp_path, capsys, one_thread):
     out = tmp_path / "sweep"
     code = main(["sweep", "--tasks", "lm", "--variants", "frozen_qk", "mixit", "--text-file", str(WIKITEXT),

@@ -59,6 +59,7 @@ def test_evaluate_sequence_and_token_metrics():
     assert seq["eval_acc"] == 0.5 and tok["eval_acc"] == 0.75
 
 
+@pytest.mark.slow
 def test_small_standard_model_learns_three_digit_addition(tmp_path):
     # It takes off between steps 400 and 700 depending on the CPU's float rounding; 1,000 leaves margin.
     cfg = TrainConfig(task="addition", task_params={"digits": 3}, variant="standard", d_model=64, n_layers=2,
@@ -230,6 +231,7 @@ def test_mixit_console_script_exit_status(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nah" in bad.stderr
 
 
+@pytest.mark.slow  # worker processes
 def test_sweep_runs_grid_in_parallel_and_skips_finished(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
     grid.write_text(
