@@ -33,6 +33,12 @@ SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
 TEXT_KINDS = ("lm", "sentiment")  # what a study's `text:` may name: the corpus it needs (reproduce.pipeline)
 
 
+def _grid_default(axis: str) -> list:
+    from training.sweep import grid_defaults
+
+    return grid_defaults()[axis]
+
+
 def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
     allowed = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - allowed)
@@ -57,10 +63,12 @@ class Study:
     """One grid of training runs: variants x tasks x sizes x seeds x lrs (see training.sweep.expand_grid)."""
 
     tasks: list[Any]  # names, or {name: {param: value}}
-    variants: list[str] = field(default_factory=lambda: ["all"])
+    # An axis the study does not give takes the grid's default (training.sweep.grid_defaults); sizes: [{}]
+    # leaves each size field to TrainConfig's default (or the study's train block).
+    variants: list[str] = field(default_factory=lambda: _grid_default("variants"))
     sizes: list[dict[str, Any]] = field(default_factory=lambda: [{}])
-    seeds: list[int] = field(default_factory=lambda: [0])
-    lrs: list[float] = field(default_factory=lambda: [1e-3])
+    seeds: list[int] = field(default_factory=lambda: _grid_default("seeds"))
+    lrs: list[float] = field(default_factory=lambda: _grid_default("lrs"))
     train: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields, over the preset's
     text: str | None = None  # "lm" or "sentiment": the study needs that corpus
     about: str = ""

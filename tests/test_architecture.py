@@ -86,3 +86,43 @@ def test_only_the_command_line_knows_about_exit_codes():
                     pytest.fail(f"{path.relative_to(ROOT)} imports {node.module}")
                 if isinstance(node, ast.Name) and node.id == "CLIError":
                     pytest.fail(f"{path.relative_to(ROOT)} uses CLIError")
+
+
+def _modules_calling(names: set[str]) -> set[str]:
+    """The modules (dotted) of the packages, and app.py, that call json.<name> for a name in `names`."""
+    found = set()
+    for path in [*(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")), ROOT / "app.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
+                found.add(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    return found
+
+
+def test_json_files_are_read_where_docs_architecture_says():
+    """docs/architecture.md, "Reading JSON files": read_json, and the readers it lists by name."""
+    assert _modules_calling({"load", "loads"}) == {
+        "models.files", "models.tokenizer",  # read_json; a tokenizer's own JSON string, re-indented
+        "models.checkpoint", "training.tasks.cache", "reproduce.pipeline", "analysis.analyze",
+        "training.rundir", "training.sweep", "analysis.explore",
+    }
+
+
+def test_only_the_trainer_and_mixit_train_use_training_parallel():
+    """docs/architecture.md, "One run on several processes"."""
+    assert _graph().find_modules_that_directly_import("training.parallel") == {"training.trainer", "cli.main"}
+
+
+def test_grids_and_studies_share_one_set_of_defaults():
+    """docs/architecture.md, "Typed options": a study and a sweep that give no variants, seeds or lrs get the
+    same ones, TrainConfig's seed and learning rate among them."""
+    from reproduce.preset import Study
+    from training.sweep import build_grid, grid_defaults
+    from training.trainer import TrainConfig
+
+    defaults, train = grid_defaults(), TrainConfig()
+    assert defaults["seeds"] == [train.seed] and defaults["lrs"] == [train.lr]
+    study = Study(tasks=["addition"])
+    assert (study.variants, study.seeds, study.lrs) == (defaults["variants"], defaults["seeds"], defaults["lrs"])
+    runs = build_grid(None, {"tasks": ["addition"]})
+    assert {(cfg.seed, cfg.lr, cfg.d_model) for _, cfg in runs} == {(train.seed, train.lr, train.d_model)}

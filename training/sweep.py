@@ -150,6 +150,14 @@ def expand_grid(
 GRID_OVERRIDES = ("variants", "tasks", "seeds", "sizes", "lrs", "train", "task_options")
 
 
+def grid_defaults() -> dict[str, list]:
+    """What a grid (a sweep file, a preset's study) holds for an axis it does not give: every variant, and
+    TrainConfig's size, seed and learning rate. The one set of grid defaults; TrainConfig's are the run's."""
+    train = TrainConfig()
+    return {"variants": ["all"], "sizes": [{"d_model": train.d_model, "n_layers": train.n_layers, "n_heads": train.n_heads}],
+            "seeds": [train.seed], "lrs": [train.lr]}
+
+
 def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
                cache_dir: Path | None = None) -> list[Run]:
     """The runs of a grid file (if any) with `overrides` on top; what neither gives takes TrainConfig's defaults.
@@ -166,9 +174,9 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
     if unknown:
         raise ValueError(f"unknown grid override(s) {unknown}; allowed: {list(GRID_OVERRIDES)}")
     grid = load_grid_file(Path(grid_file)) if grid_file else {}
-    defaults = TrainConfig()
+    defaults = grid_defaults()
 
-    variants = overrides.get("variants") or as_list(grid.get("variants", ["all"]))
+    variants = overrides.get("variants") or as_list(grid.get("variants", defaults["variants"]))
     if overrides.get("tasks"):
         for t in overrides["tasks"]:
             if t not in TASKS:
@@ -191,12 +199,11 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
             expanded.append((task, {**task_params, **dict(zip(mine, values))}))
 
     if "sizes" in overrides or "sizes" not in grid:
-        sizes = overrides.get("sizes") or [
-            {"d_model": defaults.d_model, "n_layers": defaults.n_layers, "n_heads": defaults.n_heads}]
+        sizes = overrides.get("sizes") or defaults["sizes"]
     else:
         sizes = [dict(s) for s in as_list(grid["sizes"])]
-    seeds = overrides.get("seeds") or as_list(grid.get("seeds", [0]))
-    lrs = overrides.get("lrs") or as_list(grid.get("lrs", [defaults.lr]))
+    seeds = overrides.get("seeds") or as_list(grid.get("seeds", defaults["seeds"]))
+    lrs = overrides.get("lrs") or as_list(grid.get("lrs", defaults["lrs"]))
     train_fields = {**grid.get("train", {}), **overrides.get("train", {})}
     if "model_extra" in grid.get("train", {}) and "model_extra" in overrides.get("train", {}):
         train_fields["model_extra"] = {**grid["train"]["model_extra"], **overrides["train"]["model_extra"]}
