@@ -11,7 +11,7 @@ on a task's own inputs.
 Each function that returns a DataFrame with scalars in `df.attrs` has a typed twin returning a
 dataclass with the same table and the scalars as fields (`head_scores_result` -> `HeadScores`,
 `source_attention_result` and `task_induction_result` -> `SourceScores`): pandas calls `attrs`
-experimental, and `mixit analyze` (analysis.registry) uses the typed results.
+experimental, and `mixit analyze` (the `ANALYSES` of analysis.analyze) uses the typed results.
 
 Attention scores (`SCORES`). Each is the attention mass a head puts on its target keys, averaged over
 the query rows where the behaviour is defined ("scored rows"), then over sequences. For one

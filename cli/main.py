@@ -1,13 +1,11 @@
-"""The `mixit` command line: the parser, `CLIError` and the exit codes. The top layer: it may import
-every package, and none imports it.
+"""The `mixit` command line: the parser and the entry point `main`. The top layer: it may import every
+package, and none imports it. `CLIError`, the one-line parser and the exit codes are in cli.common.
 
 `mixit train` and `mixit sweep` live here. Every other subcommand is a module of this package
 listed in `COMMAND_MODULES` that exposes `register(subparsers)`; each subcommand's parser sets
 `handler=fn` with `fn(args) -> int` (its exit status). Library code raises ordinary exceptions
 (ValueError, FileNotFoundError, ...); handlers turn the user's mistakes into CLIError. Heavy imports
 happen inside handlers, so `mixit --help` stays fast.
-
-The exit codes are in cli.common.
 
 Task parameters become options automatically from the task registry (e.g. `--digits` for
 addition, `--pairs` for retrieval, `--text-file` for lm); an option that the chosen task does not

@@ -112,10 +112,6 @@ def variant_label(variant: str) -> str:
     return variant_style(variant).label
 
 
-def variant_color(variant: str) -> str:
-    return variant_style(variant).color
-
-
 def order_variants(variants: Iterable[str]) -> list[str]:
     """The distinct variants in `variants`, in VARIANT_ORDER (unknown ones after, alphabetically)."""
     present = {str(v) for v in variants}

@@ -9,7 +9,7 @@ A preset file is a mapping:
     name, about, budget, evidence   text (name defaults to the file's stem)
     train: {...}                    TrainConfig fields shared by every study
     studies: {NAME: STUDY, ...}     each a grid: variants, tasks, sizes, seeds, lrs, train, text, about
-    analysis: {...}                 analysis.AnalysisOptions fields for the analysis stage
+    analysis: {...}                 analysis.analyze.AnalysisOptions fields for the analysis stage
     signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
     skip: [signal, speed]           stages this preset leaves out (both run by default)
 
@@ -95,7 +95,7 @@ class Preset:
     budget: str = ""
     evidence: str = ""
     train: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] = field(default_factory=dict)  # analysis.AnalysisOptions fields
+    analysis: dict[str, Any] = field(default_factory=dict)  # analysis.analyze.AnalysisOptions fields
     signal: dict[str, Any] = field(default_factory=dict)
     speed: dict[str, Any] = field(default_factory=dict)
     skip: list[str] = field(default_factory=list)  # optional stages left out: "signal", "speed"

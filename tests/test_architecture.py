@@ -126,3 +126,22 @@ def test_grids_and_studies_share_one_set_of_defaults():
     assert (study.variants, study.seeds, study.lrs) == (defaults["variants"], defaults["seeds"], defaults["lrs"])
     runs = build_grid(None, {"tasks": ["addition"]})
     assert {(cfg.seed, cfg.lr, cfg.d_model) for _, cfg in runs} == {(train.seed, train.lr, train.d_model)}
+
+
+def test_module_docstrings_name_modules_and_names_that_exist():
+    """A docstring that points at `package.module` (or `package.name`) points at something that is there."""
+    import importlib
+    import re
+
+    stale = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            for pkg, name in re.findall(rf"\b({'|'.join(PACKAGES)})\.([A-Za-z_]\w*)\b", doc):
+                if name in ("json", "jsonl", "csv", "yaml", "md", "png", "pdf", "txt", "py"):  # a file: analysis.json
+                    continue
+                if (ROOT / pkg / f"{name}.py").is_file() or (ROOT / pkg / name).is_dir():
+                    continue
+                if not hasattr(importlib.import_module(pkg), name):
+                    stale.append(f"{path.relative_to(ROOT)}: {pkg}.{name}")
+    assert stale == []

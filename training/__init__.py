@@ -1,4 +1,5 @@
-"""Training core: the task registry (algorithmic and text tasks), the training loop, sweeps and the `mixit` CLI.
+"""Training core: the task registry (algorithmic and text tasks), the training loop, the run directory,
+sweeps and data-parallel runs. The `mixit` command line is the `cli` package.
 
     from training import get_task, TASKS, TrainConfig, train
     task = get_task("addition", digits=10)
