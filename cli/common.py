@@ -60,6 +60,14 @@ def executor_from_args(args: argparse.Namespace, workers: int):
         if executor.kind == "ray":
             check_ray()
             check_ray_address(executor.address)
+            if executor.address is None and executor.gpus_per_run > 0:
+                import torch
+
+                gpus = torch.cuda.device_count()
+                if executor.gpus_per_run > gpus:  # a Ray started here has only these: the runs would wait forever
+                    raise ValueError(f"--gpus-per-run={executor.gpus_per_run:g} without --address starts Ray on this "
+                                     f"machine, which has {gpus} GPU{'s' * (gpus != 1)}; allowed: 0..{gpus}, or join "
+                                     "a cluster with --address")
     except ValueError as e:
         raise CLIError(f"mixit {args.command}: error: {e}") from None
     return executor

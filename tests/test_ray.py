@@ -14,8 +14,6 @@ import pytest
 
 from cli.main import main
 
-pytestmark = pytest.mark.slow  # each test starts a local Ray
-
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--seeds", "0", "1",
          "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "30", "--batch-size", "16",
@@ -33,6 +31,7 @@ def final(out: Path) -> dict[str, tuple]:
     return {r.run: (r.status, r.eval_loss, r.eval_acc) for r in table.itertuples()}
 
 
+@pytest.mark.slow  # starts a local Ray
 def test_a_ray_sweep_trains_the_runs_the_pool_trains(tmp_path):
     pytest.importorskip("ray")
     pool, ray = tmp_path / "pool", tmp_path / "ray"
@@ -51,6 +50,7 @@ def test_a_ray_sweep_trains_the_runs_the_pool_trains(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in ray.glob("*/summary.json")} == stamps
 
 
+@pytest.mark.slow  # starts a local Ray
 def test_a_failed_ray_run_is_a_row_and_the_others_finish(tmp_path):
     pytest.importorskip("ray")
     from training.sweep import Executor, run_sweep
@@ -79,6 +79,7 @@ def test_ray_options_need_the_ray_executor(tmp_path, capsys):
     assert code == 2 and "--address, --cpus-per-run and --gpus-per-run need --executor ray" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # two interpreters importing Ray
 def test_an_address_where_nothing_listens_fails_in_seconds_in_one_line(tmp_path):
     pytest.importorskip("ray")
     import socket
@@ -95,3 +96,46 @@ def test_an_address_where_nothing_listens_fails_in_seconds_in_one_line(tmp_path)
         assert address in lines[0] and "no Ray cluster answers" in lines[0]
         assert time.monotonic() - start < 60  # Ray itself retries for minutes
     assert not (tmp_path / "s").exists()
+
+
+def test_gpus_per_run_beyond_this_machines_gpus_is_one_line(tmp_path, capsys):
+    """Without --address, Ray starts here: asking each run for more GPUs than there are would wait forever."""
+    pytest.importorskip("ray")
+    import torch
+
+    gpus = torch.cuda.device_count()
+    code = main([*SWEEP, "--out", str(tmp_path / "s"), "--executor", "ray", "--gpus-per-run", str(gpus + 1)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"--gpus-per-run={gpus + 1}" in err and f"allowed: 0..{gpus}" in err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow  # a Ray cluster, then a sweep joining it
+def test_a_sweep_joins_a_cluster_at_its_address_and_runs_declare_their_cpus(tmp_path):
+    """--address joins a running cluster (here one started by this test); --cpus-per-run is what each run
+    declares and the threads it trains with; --gpus-per-run 0 asks for no GPU."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=3, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        address = ray.get_runtime_context().gcs_address
+        out = tmp_path / "s"
+        done = sweep("--out", str(out), "--executor", "ray", "--address", address, "--cpus-per-run", "3",
+                     "--gpus-per-run", "0", "--variants", "standard", "--seeds", "0")
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        ray.shutdown()
+    runs = final(out)
+    assert len(runs) == 1 and all(status == "finished" for status, _, _ in runs.values())
+    info = json.loads(next(out.glob("*/run.json")).read_text())
+    assert info["torch_threads"] == 3  # the CPUs each run declares (logical: the cluster has 3)
+
+
+def test_reproduce_takes_the_ray_executor_options(tmp_path, capsys):
+    """mixit reproduce --executor ray: the options are checked and the runs listed (a dry run: the smoke preset
+    itself on Ray takes minutes, as on the pool)."""
+    pytest.importorskip("ray")
+    argv = ["reproduce", "--preset", "smoke", "--dry-run", "--out", str(tmp_path / "runs"), "--executor", "ray"]
+    assert main([*argv, "--cpus-per-run", "1", "--gpus-per-run", "0"]) == 0
+    assert "runs into" in capsys.readouterr().out
+    assert main([*argv, "--address", "nonsense"]) == 2
+    assert "address='nonsense'" in capsys.readouterr().err
