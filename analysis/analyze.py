@@ -250,6 +250,9 @@ def _patching_applies(ctx: AnalysisContext) -> str | None:
         return ctx.task_note
     if ctx.task.name not in PATCHABLE or getattr(ctx.task, "hops", 1) != 1:
         return f"activation patching applies to retrieval and 1-hop k-hop, not {ctx.task.name!r}"
+    if ctx.task.name == "khop" and ctx.task.alphabet < 4:
+        # The corrupted letter must differ from the source letter and both its neighbours.
+        return f"k-hop patching needs an alphabet of at least 4 letters, not {ctx.task.alphabet}"
     return None
 
 

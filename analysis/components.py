@@ -39,6 +39,7 @@ needed); loss deltas in nats.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
@@ -299,3 +300,62 @@ def component_effects(
         baseline_bits=None if bits_fn is None else float(intact["bits"]),
         max_bits=None if bits_fn is None else float(intact["max_bits"]),
     )
+
+
+# --------------------------------------------------------------------------- across runs
+WORK_KEYS = ["task", "variant", "d_model", "n_layers"]
+WORK_COLUMNS = [*WORK_KEYS, "layer", "component", "seeds", "accuracy", "share", "share_std", "mean_drop",
+                "mean_drop_std", "resample_drop", "resample_drop_std", "bits_lost", "bits_lost_std"]
+KINDS = {"attn": "attention", "mlp": "MLP"}
+
+
+def _per_run(run: Any, table: pd.DataFrame, per_layer: bool) -> list[dict[str, Any]]:
+    """One run's rows: per kind (and per layer), share of the logit difference, accuracy lost (points) under
+    mean and resample ablation, and the share of stored bits lost (%, memorize runs)."""
+    rows = []
+    first = table[table["component"] == "all_attn"].iloc[0]
+    base_acc = first.mean_accuracy - first.mean_delta_accuracy  # the intact model on the same eval rows
+    for kind, name in KINDS.items():
+        layers = table[table["component"] == kind]
+        targets = ([(int(l), r) for l, r in zip(layers["layer"], layers.itertuples())] if per_layer
+                   else [(-1, next(table[table["component"] == f"all_{kind}"].itertuples()))])
+        for layer, r in targets:
+            share = float(layers.loc[layers["layer"] == layer, "share"].sum()) if per_layer else float(layers["share"].sum())
+            intact = r.mean_bits + r.mean_bits_lost if pd.notna(r.mean_bits) else float("nan")
+            rows.append({
+                "task": run.task_label, "variant": run.variant, "d_model": run.d_model, "n_layers": run.n_layers,
+                "layer": layer, "component": name, "accuracy": 100 * base_acc, "share": share,
+                "mean_drop": -100 * r.mean_delta_accuracy, "resample_drop": -100 * r.resample_delta_accuracy,
+                "bits_lost": 100 * r.mean_bits_lost / intact if intact and pd.notna(intact) else float("nan"),
+            })
+    return rows
+
+
+def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFrame:
+    """Attention against MLP over a set of runs: per task setting, variant and component, the median over
+    seeds (and spread) of the share of the answer's logit difference and of the accuracy (points) and stored
+    bits (%) lost when that component is ablated.
+
+    `runs`: rows of `analysis.runs.load_runs`; finished runs whose analysis holds components.csv are read.
+    per_layer=False: all attention layers (or all MLPs) together, layer -1, the shares summed and the
+    drops from the all-at-once ablations; per_layer=True: one row per layer, from the one-at-a-time ones.
+    Returns `WORK_COLUMNS`; empty when no run has the analysis.
+    """
+    from .runs import read_analysis_table
+
+    rows = []
+    for run in runs[runs["status"] == "finished"].itertuples():
+        if not isinstance(run.path, (str, Path)):  # rows that are not run directories (a reference's records)
+            continue
+        table = read_analysis_table(run.path, "components")
+        if table is not None and len(table):
+            rows += _per_run(run, table, per_layer)
+    if not rows:
+        return pd.DataFrame(columns=WORK_COLUMNS)
+    df = pd.DataFrame(rows)
+    keys = [*WORK_KEYS, "layer", "component"]
+    grouped = df.groupby(keys, sort=False, dropna=False)
+    out = grouped[["accuracy", "share", "mean_drop", "resample_drop", "bits_lost"]].median()
+    spread = grouped[["share", "mean_drop", "resample_drop", "bits_lost"]].std(ddof=0).add_suffix("_std")
+    out = out.join(spread).join(grouped.size().rename("seeds")).reset_index()
+    return out[WORK_COLUMNS]

@@ -42,6 +42,8 @@ def patching_pairs(task, n: int = 64, seed: int = 0) -> PatchingPairs:
     """`n` clean/corrupted pairs for a retrieval task or a 1-hop k-hop task (ValueError for any other)."""
     if task.name not in PATCHABLE:
         raise ValueError(f"patching: task {task.name!r} is not one of: {', '.join(PATCHABLE)}")
+    if task.name == "khop" and task.alphabet < 4:
+        raise ValueError(f"patching: khop alphabet={task.alphabet} leaves no replacement letter; allowed: alphabet >= 4")
     g = torch.Generator().manual_seed(seed)
     tokens, mask = task.sample(n, g)
     rows = torch.arange(n)

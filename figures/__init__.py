@@ -31,6 +31,7 @@ FIGURE_NAMES = (
     "depth_accuracy",
     "dynamics",
     "beyond",
+    "components",
     "scale_dyck",
     "scale_sentiment",
     "scale_memorize",

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from analysis.components import who_does_the_work
 from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
 from models.files import atomic_file, write_json, write_text
@@ -278,6 +279,10 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None, fallback: bool = Tr
         ind = ind.sort_values(["_has_task", "task_score", "repeat_score"], ascending=False, na_position="last")
         ind = ind.drop_duplicates("variant").drop(columns="_has_task").reset_index(drop=True)
     tables["induction"] = ind
+
+    # Who does the work: attention against MLP inside every analysed algorithmic run (analysis.components).
+    paper_runs = _finished(runs)[~_finished(runs)["group"].isin([BEYOND, SCALE])]
+    tables["components"] = who_does_the_work(paper_runs).drop(columns="layer")
 
     # Beyond the paper: each grid model's final metric per task, over seeds (LM: log-perplexity).
     rows = []
@@ -713,6 +718,13 @@ TITLES = {
                   "keys, task_positional the most attention that ignores the tokens can get, ablation_drop the "
                   "accuracy (points) lost by mean-ablating the head. repeat_*: the TransformerLens-style induction "
                   "score on repeated random tokens [r, r], which k-hop models never see, as context."),
+    "components": ("Who does the work", "Inside each trained model, on its task's eval inputs "
+                   "(analysis.components): `share` is the part of the answer's logit difference (answer minus the "
+                   "strongest other token) written directly by all attention layers or all MLPs (direct logit "
+                   "attribution; the rest comes from the embeddings); `mean_drop` and `resample_drop` the accuracy "
+                   "(points) lost when every attention layer, or every MLP, has its output replaced by its mean over "
+                   "the eval inputs or by its output on another input; `bits_lost` the share (%) of stored bits lost "
+                   "under mean ablation (memorization). Medians over seeds, `_std` their spread."),
     "beyond": ("Beyond the paper: grid models", "Models the paper does not train: per-layer attention "
                "(`[attention mixing,softmax]`: MixiT with its last layer softmax; `learned`: trainable "
                "input-independent matrices) and frozen components (`[freeze v,o]`), final eval metric over seeds "

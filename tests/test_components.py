@@ -139,3 +139,47 @@ def test_bad_input_is_refused_in_one_line():
         component_effects(model, tokens[:1], mask[:1], "sequence")
     with pytest.raises(ValueError, match="no answer tokens"):
         component_effects(model, tokens, torch.zeros_like(mask), "sequence")
+
+
+def test_who_does_the_work_reads_every_seed_and_the_figure_draws_it(tmp_path):
+    """Across runs: medians over seeds of each run's components.csv, and the heatmap shows those numbers."""
+    import numpy as np
+
+    from analysis.analyze import analyze_checkpoint
+    from analysis.components import who_does_the_work
+    from analysis.runs import load_runs, read_analysis_table
+    from figures import components as figure
+    from training import TrainConfig, train
+
+    for variant in ("standard", "mixit"):
+        for seed in (0, 1):
+            cfg = TrainConfig(task="khop", task_params={"hops": 1, "length": 6, "alphabet": 3}, variant=variant,
+                              d_model=16, n_layers=2, n_heads=2, seed=seed, steps=6, batch_size=16, eval_every=6,
+                              eval_samples=32)
+            run = tmp_path / "khop" / f"{variant}_s{seed}"
+            train(cfg, run, progress=False)
+            analyze_checkpoint(run, run / "analysis", {"n_seqs": 4, "seq_len": 4, "eval_samples": 24,
+                                                        "ablation": "none"}, device="cpu")
+    runs = load_runs(tmp_path)
+    work = who_does_the_work(runs)
+    assert len(work) == 4 and (work["seeds"] == 2).all() and (work["layer"] == -1).all()
+    per_run = {}
+    for r in runs.itertuples():
+        t = read_analysis_table(r.path, "components")
+        per_run.setdefault(r.variant, []).append(t)
+    for variant, tables in per_run.items():
+        drops = [-100 * t[t["component"] == "all_attn"]["mean_delta_accuracy"].item() for t in tables]
+        shares = [t[t["component"] == "mlp"]["share"].sum() for t in tables]
+        got = work[(work["variant"] == variant) & (work["component"] == "attention")].iloc[0]
+        assert got["mean_drop"] == pytest.approx(np.median(drops))
+        mlp = work[(work["variant"] == variant) & (work["component"] == "MLP")].iloc[0]
+        assert mlp["share"] == pytest.approx(np.median(shares))
+    layers = who_does_the_work(runs, per_layer=True)
+    assert sorted(layers["layer"].unique()) == [0, 1]
+
+    fig = figure.plot(tmp_path)
+    top = fig.axes[0]  # standard, accuracy lost under mean ablation
+    shown = top.images[0].get_array()
+    expect = layers[(layers["variant"] == "standard")].set_index(["layer", "component"])["mean_drop"]
+    assert shown[0, 0] == pytest.approx(expect[(0, "attention")]) and shown[0, 3] == pytest.approx(expect[(1, "MLP")])
+    assert [t.get_text() for t in top.get_xticklabels()] == ["L0 attention", "L0 MLP", "L1 attention", "L1 MLP"]

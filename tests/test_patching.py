@@ -38,6 +38,8 @@ def test_khop_pairs_change_the_source_letter_and_the_answer_follows():
 def test_other_tasks_and_hops_are_refused():
     with pytest.raises(ValueError, match="'addition' is not one of"):
         patching_pairs(get_task("addition", digits=2))
+    with pytest.raises(ValueError, match="alphabet=3"):
+        patching_pairs(get_task("khop", hops=1, length=8, alphabet=3))
     with pytest.raises(ValueError, match="hops=2"):
         patching_pairs(get_task("khop", hops=2, length=8, alphabet=4))
 
