@@ -5,7 +5,8 @@
 
 Six views, picked in the sidebar: Runs (the table of runs; select rows to open them elsewhere), Run
 (config, curves, parameters, analysis, figures), Attention (every head's pattern on an input),
-Heads (head scores side by side), Compare (variants on one task, memorization, signal, speed) and
+Heads (head scores side by side, activation patching, and who does the work: attention and MLP ablated,
+each head's share of the answer), Compare (variants on one task, memorization, signal, speed) and
 Predict (top-k next tokens). This file is only the user interface: the data come from
 `analysis.explore`, which reads nothing outside the runs directory and never trains or writes.
 """
@@ -530,6 +531,7 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
         st.plotly_chart(fig, key=f"heads_{score}")
 
     patching_heatmaps(root, runs, {run: steps[run] for run in tables})
+    components_heatmaps(root, runs, {run: steps[run] for run in tables})
 
     st.subheader("A head on repeated random tokens")
     run = st.selectbox("Run", list(tables), key="heads_rep_run")
@@ -593,6 +595,61 @@ def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | No
                       coloraxis=dict(colorscale="RdBu_r", cmin=-reach, cmax=reach),
                       height=120 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=80, l=10, r=10, b=10))
     st.plotly_chart(fig, key="heads_patching")
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def computed_components(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, str]:
+    model = None if step is None else cached_model(root, run_dir, stamp, step)
+    return ex.components_table(Path(root), run_dir, model)
+
+
+def components_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
+    """Who does the work in each chosen run (analysis.components): per layer, the accuracy lost when its attention
+    or MLP is mean-ablated, and each head's share of the answer's logit difference."""
+    tables, notes = {}, []
+    for run, step in chosen.items():
+        row = runs[runs["run"] == run].iloc[0]
+        try:
+            with st.spinner(f"Components of {run}..."):
+                tables[run], where = computed_components(str(root), row["path"],
+                                                         ex.checkpoint_stamp(root, row["path"], step), step)
+        except ValueError as e:  # a text task, or a task that cannot be rebuilt
+            notes.append(f"`{run}`: no component analysis ({e})")
+            continue
+        notes.append(f"`{run}`: {where}" + ("" if step is None else f", step {step}"))
+    if not tables:
+        return
+    st.subheader("Who does the work: attention and MLP")
+    st.caption("Left of each pair: accuracy lost (points) when one layer's attention or MLP output is replaced by its "
+               "mean over the eval inputs. Right: each head's share of the answer's logit difference (answer minus "
+               "the strongest other token) that it writes directly. Stored tables come from mixit analyze's eval "
+               "rows, computed ones from fewer; the captions say which.")
+    for note in notes:
+        st.caption(note)
+    titles = [title for run in tables for title in (f"{_short(runs, run)}<br>ablation", "head share")]
+    fig = make_subplots(rows=1, cols=2 * len(tables), subplot_titles=titles, horizontal_spacing=0.05)
+    for i, (run, table) in enumerate(tables.items()):
+        drop = -100 * ex.component_grid(table, "mean_delta_accuracy")
+        share = ex.head_share_grid(table)
+        fig.add_trace(go.Heatmap(
+            z=drop, x=[f"L{layer}" for layer in range(drop.shape[1])], y=["attention", "MLP"], coloraxis="coloraxis",
+            text=np.vectorize(lambda v: f"{v:.0f}")(drop), texttemplate="%{text}",
+            hovertemplate=f"{run}<br>%{{y}} %{{x}}<br>accuracy lost %{{z:.1f}} points<extra></extra>"),
+            row=1, col=2 * i + 1)
+        fig.add_trace(go.Heatmap(
+            z=share, coloraxis="coloraxis2", x=list(range(share.shape[1])), y=list(range(share.shape[0])),
+            text=np.vectorize(lambda v: f"{v:.2f}")(share), texttemplate="%{text}",
+            hovertemplate=f"{run}<br>layer %{{y}} head %{{x}}<br>share %{{z:.3f}}<extra></extra>"), row=1, col=2 * i + 2)
+        fig.update_yaxes(autorange="reversed", dtick=1, row=1, col=2 * i + 2)
+    fig.update_layout(title="who does the work: accuracy lost by mean ablation, and each head's direct share",
+                      coloraxis=dict(colorscale="Viridis", cmin=0, cmax=100, colorbar=dict(x=1.0, len=0.45, y=0.75,
+                                                                                           title="points")),
+                      coloraxis2=dict(colorscale="RdBu_r", cmin=-1, cmax=1, colorbar=dict(x=1.0, len=0.45, y=0.2,
+                                                                                           title="share")),
+                      height=160 + 50 * max(ex.head_share_grid(t).shape[0] for t in tables.values()),
+                      margin=dict(t=90, l=10, r=10, b=10))
+    fig.update_annotations(font_size=10)
+    st.plotly_chart(fig, key="heads_components")
 
 
 def _short(runs: pd.DataFrame, run: str) -> str:

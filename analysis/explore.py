@@ -43,6 +43,7 @@ from training.rundir import (
 from .runs import COLUMNS, load_run
 
 RUN_COLUMNS = [*COLUMNS, "size"]
+SHOWN_COMPONENT_ROWS = 64  # eval rows of a components table computed on the fly (mixit analyze stores more)
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
 
 # The head scores the explorer shows, as stored by analysis.heads (column -> label).
@@ -422,6 +423,38 @@ def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tu
     if task is None:
         raise ValueError("activation patching applies to retrieval and 1-hop k-hop runs, not to text tasks")
     return head_patching(model, task, n=64), "computed now on 64 clean/corrupted pairs"
+
+
+def components_table(root: Path, run_dir: str | Path, model=None, n: int = SHOWN_COMPONENT_ROWS) -> tuple[pd.DataFrame, str]:
+    """(components table, where it came from): analysis/components.csv if `mixit analyze` stored it and no
+    model is given, else computed now on `model` (or the final checkpoint) over `n` eval rows
+    (analysis.components; ValueError for a task without answer tokens)."""
+    if model is None:
+        stored = read_run_table(root, run_dir, "components")
+        if stored is not None:
+            return stored, "stored by mixit analyze (analysis/components.csv)"
+        model = load_run_model(root, run_dir)
+    task = run_task(root, run_dir)
+    if task is None or task.is_classifier() or task.needs_corpus:
+        raise ValueError("component attribution reads the answer tokens of algorithmic tasks, not text tasks")
+    from .components import component_effects
+
+    rows = min(n, task.default_eval_size)
+    tokens, mask = task.eval_set(rows)
+    return component_effects(model, tokens, mask, task.metric).table, f"computed now on {rows} eval rows"
+
+
+def component_grid(table: pd.DataFrame, value: str) -> np.ndarray:
+    """float [2, layer]: `value` of each layer's attention (row 0) and MLP (row 1) in a components table."""
+    rows = [table[table["component"] == kind].sort_values("layer")[value].to_numpy(dtype=float)
+            for kind in ("attn", "mlp")]
+    return np.stack(rows)
+
+
+def head_share_grid(table: pd.DataFrame) -> np.ndarray:
+    """float [layer, head]: each head's share of the answer's logit difference in a components table."""
+    heads = table[table["component"] == "head"]
+    return heads.pivot(index="layer", columns="head", values="share").sort_index().sort_index(axis=1).to_numpy(dtype=float)
 
 
 def patching_grid(table: pd.DataFrame) -> np.ndarray:

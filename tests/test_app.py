@@ -231,6 +231,11 @@ def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
     stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "patching.csv")
     np.testing.assert_allclose(values(patched["data"][0]["z"]), ex.patching_grid(stored))
     assert "retrieval-frozen_qk`: computed now" in texts(at.caption)
+    components = chart(at, "heads_components")  # per run: ablation [attention, MLP] x layer, then head shares
+    stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "components.csv")
+    np.testing.assert_allclose(values(components["data"][0]["z"]), -100 * ex.component_grid(stored, "mean_delta_accuracy"))
+    np.testing.assert_allclose(values(components["data"][1]["z"]), ex.head_share_grid(stored))
+    assert len(components["data"]) == 4
     slider = at.select_slider(key="heads_step")
     assert slider.options == ["0", "1", "30", "final"] and slider.value == "final"
     # An earlier step: frozen_qk's scores come from its kept checkpoint; standard kept none, so its final one.

@@ -133,6 +133,8 @@ def test_runs_attention_heads_in_a_browser(server, tmp_path):
             page.get_by_role("heading", name="Activation patching: which heads carry the answer").wait_for(
                 timeout=TIMEOUT_MS)
             page.get_by_text("fraction of the logit difference restored").first.wait_for(timeout=TIMEOUT_MS)
+            page.get_by_role("heading", name="Who does the work: attention and MLP").wait_for(timeout=TIMEOUT_MS)
+            page.get_by_text("accuracy lost by mean ablation").first.wait_for(timeout=TIMEOUT_MS)
             # The step slider: from "final" to the first kept checkpoint (step 0), with the keyboard.
             slider = page.get_by_role("slider").first
             assert slider.get_attribute("aria-valuetext") == "final"

@@ -251,6 +251,23 @@ def test_head_tables_stored_or_computed(root, explorer_runs):
     assert not list((explorer_runs["mixit"]).glob("analysis*"))  # computing wrote nothing
 
 
+def test_component_tables_stored_or_computed(root, explorer_runs):
+    stored, where = ex.components_table(root, explorer_runs["standard"])
+    assert "stored" in where
+    pd.testing.assert_frame_equal(stored, pd.read_csv(explorer_runs["standard"] / "analysis" / "components.csv"))
+    computed, where = ex.components_table(root, explorer_runs["mixit"])
+    assert where == "computed now on 64 eval rows"
+    grid = ex.component_grid(computed, "mean_delta_accuracy")
+    assert grid.shape == (2, 2)  # attention and MLP x 2 layers
+    mlp1 = computed[(computed["component"] == "mlp") & (computed["layer"] == 1)]["mean_delta_accuracy"].item()
+    assert grid[1, 1] == mlp1
+    shares = ex.head_share_grid(computed)
+    assert shares.shape == (2, 2) and shares[0, 1] == computed.query("component == 'head' and layer == 0 and head == 1")["share"].item()
+    with pytest.raises(ValueError, match="text tasks"):
+        ex.components_table(root, explorer_runs["lm"])
+    assert not list((explorer_runs["mixit"]).glob("analysis*"))  # computing wrote nothing
+
+
 def test_repeated_pattern(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
     tokens, pattern = ex.repeated_pattern(model, 1, 0, seq_len=4)
