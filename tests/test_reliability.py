@@ -315,8 +315,11 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
     from safetensors.torch import load_file
 
     steps, out = 400, tmp_path / "killed"
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     argv = [sys.executable, "-m", "cli", "train", *TRAIN_ARGS, "--steps", str(steps), "--checkpoint-every", "5",
-            "--eval-every", "100", "--out", str(out)]
+            "--eval-every", "100", "--tracker", "tensorboard", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     rng = random.Random(0)
     kills = 0
@@ -349,6 +352,11 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
     assert all(a[k].equal(b[k]) for k in a)
     assert _metrics(out) == _metrics(whole)
     assert [r["step"] for r in _metrics(out) if "eval_loss" in r] == [100, 200, 300, 400]
+    # TensorBoard too: every logged step once, none lost with a kill (flushed with each checkpoint)
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in _metrics(out)]
 
 
 @pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])

@@ -75,3 +75,54 @@ def test_wandb_goes_online_only_when_asked(monkeypatch):
     assert wandb_mode() == "online"
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert wandb_mode() == "disabled"
+
+
+def _tensorboard(run) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in run/tensorboard, as TensorBoard reads it: {tag: [(step, value), ...]}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_after_a_resume_holds_each_step_once_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    """Stopped without closing anything just after the checkpoint of step 15 (as a kill leaves it), then
+    resumed: TensorBoard shows each logged step once, with the values of a run that never stopped."""
+    pytest.importorskip("tensorboard")
+    import contextlib
+
+    import training.trainer as trainer
+
+    cfg = TrainConfig(**TINY, steps=30, checkpoint_every=5)
+    train(cfg, tmp_path / "whole", progress=False, tracker="tensorboard")
+    swap = trainer.atomic_directory
+
+    @contextlib.contextmanager
+    def swap_then_stop(path, *args, **kwargs):
+        with swap(path, *args, **kwargs) as tmp:
+            yield tmp
+        if path.name == "checkpoint" and json.loads((path / "trainer_state.json").read_text())["step"] == 15:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(trainer, "atomic_directory", swap_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", progress=False, tracker="tensorboard")
+    monkeypatch.setattr(trainer, "atomic_directory", swap)
+    train(cfg, tmp_path / "run", resume=True, progress=False, tracker="tensorboard")
+    timing = ("tokens_per_s", "elapsed_s")
+    resumed, whole = _tensorboard(tmp_path / "run"), _tensorboard(tmp_path / "whole")
+    assert [s for s, _ in resumed["loss"]] == [r["step"] for r in _records(tmp_path / "run")] == [5, 10, 15, 20, 25, 30]
+    assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
+
+
+def test_a_sweep_sends_each_runs_metrics_to_its_own_tensorboard(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--d-model", "16",
+                 "--n-layers", "1", "--n-heads", "2", "--steps", "10", "--batch-size", "16", "--eval-every", "10",
+                 "--eval-samples", "64", "--tracker", "tensorboard", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    runs = sorted(p.parent for p in out.glob("*/run.json"))
+    assert len(runs) == 2
+    for run in runs:
+        assert [s for s, _ in _tensorboard(run)["loss"]] == [r["step"] for r in _records(run)] == [10]

@@ -354,3 +354,36 @@ def test_fast_precision_takes_bf16_only_where_it_pays_and_decides_once_per_machi
     assert trainer.resolve_precision("fast", cpu) == "fp32" and trainer.cpu_bf16_speedup() == 0.0
     assert trainer.resolve_precision("auto", cpu) == "fp32" and trainer.resolve_precision("bf16", cpu) == "bf16"
     assert trainer.resolve_precision("fast", torch.device("meta")) == "fp32"
+
+
+def _compile_unavailable() -> str | None:
+    """Why torch.compile cannot run here (None if it can): Dynamo unsupported on this Python/platform, or no
+    C compiler for the CPU backend."""
+    import shutil
+
+    try:
+        import torch._dynamo
+
+        if not torch._dynamo.is_dynamo_supported():
+            return "torch.compile (Dynamo) is not supported on this Python or platform"
+    except Exception as e:  # an import error of a partial build
+        return f"torch.compile is unavailable: {type(e).__name__}: {e}"
+    if not torch.cuda.is_available() and not any(shutil.which(c) for c in ("cc", "gcc", "clang", "g++")):
+        return "torch.compile on CPU needs a C compiler (cc, gcc or clang), and none is on PATH"
+    return None
+
+
+@pytest.mark.slow  # compiling takes most of a minute on 2 cores
+@pytest.mark.skipif(_compile_unavailable() is not None, reason=str(_compile_unavailable()))
+def test_compile_trains_the_run_an_uncompiled_run_trains(tmp_path, capsys):
+    """mixit train --compile: the same run (config, steps, metrics within float tolerance) as without it."""
+    argv = ["train", "--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+            "--steps", "10", "--batch-size", "16", "--eval-every", "10", "--eval-samples", "64", "--device", "cpu",
+            "--precision", "fp32", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*argv, "--compile", "--out", str(tmp_path / "compiled")]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "compiled" / "run.json").read_text())["train"]["compile"] is True
+    plain, compiled = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("plain", "compiled"))
+    assert compiled["status"] == "finished" and compiled["step"] == 10
+    for key in ("loss", "eval_loss", "eval_acc"):
+        assert compiled[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-5), key

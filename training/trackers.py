@@ -24,6 +24,10 @@ TENSORBOARD_DIR = "tensorboard"  # inside the run directory
 class Tracker(Protocol):
     def log(self, record: dict[str, Any]) -> None: ...
 
+    def flush(self) -> None:
+        """Put what was logged on disk: called with each checkpoint, so that a run killed after it and
+        resumed from it loses no logged step (the resumed run logs only the steps after it)."""
+
     def close(self) -> None: ...
 
 
@@ -39,12 +43,16 @@ class TensorBoardTracker:
         except ImportError:
             raise ValueError("tracker='tensorboard' needs the tensorboard package: "
                              "pip install 'mixit-lab[tracking]' (or pip install tensorboard)") from None
-        # purge_step: on resume, events logged after the checkpoint (as metrics.jsonl drops them) are discarded.
-        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=first_step or None)
+        # purge_step: on resume from the checkpoint of step `first_step`, events logged after it are discarded, as
+        # metrics.jsonl drops them; those of that step itself were logged before the checkpoint and are kept.
+        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=first_step + 1 if first_step else None)
 
     def log(self, record: dict[str, Any]) -> None:
         for key, value in _scalars(record).items():
             self.writer.add_scalar(key, value, record["step"])
+
+    def flush(self) -> None:
+        self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
@@ -65,6 +73,9 @@ class WandbTracker:
 
     def log(self, record: dict[str, Any]) -> None:
         self.run.log(_scalars(record), step=record["step"])
+
+    def flush(self) -> None:
+        pass  # W&B writes each record to its run files as it is logged
 
     def close(self) -> None:
         self.run.finish()

@@ -680,6 +680,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
             # The training-loss window since the last log goes along, so that a resumed run logs the same loss.
             _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc,
                                                                   "window_loss": window_loss, "window_n": window_n})
+        if track is not None:  # what was logged up to this checkpoint survives a kill after it
+            track.flush()
 
     track = open_tracker(tracker, out, cfg.to_dict(), step) if ranks.main else None
 
