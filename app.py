@@ -74,16 +74,17 @@ def computed_patching(root: str, run_dir: str, stamp: tuple, step: int | None = 
     return ex.patching_table(Path(root), run_dir, model)
 
 
-def head_table(root: Path, row: pd.Series, step: int | None = None) -> tuple[pd.DataFrame, dict, str]:
-    """(heads table, chance, where it came from): analysis/heads.csv if stored (final checkpoint only), else
-    computed now on the final or the kept checkpoint of `step`."""
+def head_table(root: Path, row: pd.Series, step: int | None = None) -> tuple[pd.DataFrame, dict, str, int | None]:
+    """(heads table, chance, where it came from, number of repeated sequences): analysis/heads.csv if stored
+    (final checkpoint only), else computed now on the final or the kept checkpoint of `step`."""
     if step is None:
         stored = ex.stored_head_table(root, row["path"])
         if stored is not None:
-            return stored[0], stored[1], "stored by mixit analyze (analysis/heads.csv)"
+            n_seqs = ((ex.read_run_analysis(root, row["path"]) or {}).get("options") or {}).get("n_seqs")
+            return stored[0], stored[1], f"stored by mixit analyze (analysis/heads.csv, {n_seqs} repeated sequences)", n_seqs
     df, chance = computed_head_table(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step), step)
     where = "the final checkpoint" if step is None else f"the checkpoint kept at step {step}"
-    return df, chance, f"computed now on repeated random sequences, {where}"
+    return df, chance, f"computed now on {ex.SHOWN_HEAD_SEQS} repeated random sequences, {where}", ex.SHOWN_HEAD_SEQS
 
 
 def step_choice(root: Path, rows: list[pd.Series], key: str) -> int | None:
@@ -426,6 +427,10 @@ def view_attention(root: Path, runs: pd.DataFrame) -> None:
         sink = ("; head 0 of each layer is the sink head (half on the token itself, half on the first token)"
                 if ex.has_sink_head(model) else "")
         st.info(f"MixiT: every pattern is a fixed random matrix (input-independent), the same for any input{sink}.")
+    elif ex.fixed_layers(model):
+        fixed = ", ".join(str(layer) for layer in ex.fixed_layers(model))
+        st.info(f"Layer(s) {fixed}: fixed random matrices (input-independent), the same for any input; the other "
+                "layers' patterns depend on the input.")
     titles = [f"L{l} H{h}: {kinds[l][h]}" for l in range(n_layers) for h in range(n_heads)]
     grid = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles, horizontal_spacing=0.04,
                          vertical_spacing=0.08 if n_layers > 1 else 0.0)
@@ -480,7 +485,7 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
                             format_func=ex.HEAD_SCORES.get, key="heads_scores")
     rows = {run: runs[runs["run"] == run].iloc[0] for run in chosen}
     step = step_choice(root, [r for r in rows.values() if r["status"] != "corrupt"], "heads_step")
-    tables: dict[str, tuple[pd.DataFrame, dict, str]] = {}
+    tables: dict[str, tuple[pd.DataFrame, dict, str, int | None]] = {}
     steps: dict[str, int | None] = {}  # the checkpoint each run is shown at (None: its final one)
     for run, row in rows.items():
         if row["status"] == "corrupt":
@@ -498,11 +503,14 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
             st.error(f"No head scores for {run}: {e}")
     if not tables:
         return
-    for run, (_, chance, source) in tables.items():
+    for run, (_, chance, source, _) in tables.items():
         chance_text = ", ".join(f"{ex.HEAD_SCORES.get(k, k)} {v:.3f}" for k, v in chance.items() if k in scores)
         st.caption(f"`{run}`: {source}" + (f"; chance: {chance_text}" if chance_text else ""))
+    if len({n_seqs for *_, n_seqs in tables.values()}) > 1:
+        st.caption("The runs' scores come from different numbers of sequences (above) and share one colour scale: "
+                   "a difference of a few hundredths between them may be sampling, not the heads.")
     for score in scores:
-        grids = {run: ex.score_grid(df, score) for run, (df, _, _) in tables.items() if score in df}
+        grids = {run: ex.score_grid(df, score) for run, (df, *_) in tables.items() if score in df}
         if not grids:
             continue
         values = np.concatenate([g.ravel() for g in grids.values()])
@@ -526,7 +534,7 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
         fig.update_xaxes(title_text="head", dtick=1)
         fig.update_layout(title=f"{ex.HEAD_SCORES[score]} score (one colour scale for all runs)",
                           coloraxis=dict(colorscale=scale, cmin=lo, cmax=hi),
-                          height=120 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=80, l=10, r=10, b=10))
+                          height=150 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=120, l=10, r=10, b=10))
         fig.update_annotations(font_size=11)
         st.plotly_chart(fig, key=f"heads_{score}")
 
@@ -593,7 +601,7 @@ def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | No
     fig.update_xaxes(title_text="head", dtick=1)
     fig.update_layout(title="fraction of the logit difference restored by patching one head",
                       coloraxis=dict(colorscale="RdBu_r", cmin=-reach, cmax=reach),
-                      height=120 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=80, l=10, r=10, b=10))
+                      height=150 + 60 * max(g.shape[0] for g in grids.values()), margin=dict(t=120, l=10, r=10, b=10))
     st.plotly_chart(fig, key="heads_patching")
 
 
@@ -647,14 +655,16 @@ def components_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | 
                       coloraxis2=dict(colorscale="RdBu_r", cmin=-1, cmax=1, colorbar=dict(x=1.0, len=0.45, y=0.2,
                                                                                            title="share")),
                       height=160 + 50 * max(ex.head_share_grid(t).shape[0] for t in tables.values()),
-                      margin=dict(t=90, l=10, r=10, b=10))
+                      margin=dict(t=130, l=10, r=10, b=10))
     fig.update_annotations(font_size=10)
     st.plotly_chart(fig, key="heads_components")
 
 
 def _short(runs: pd.DataFrame, run: str) -> str:
+    """A subplot title in three short lines (variant and seed, task, size), so that four side by side stay apart."""
     row = runs[runs["run"] == run].iloc[0]
-    return f"{variant_name(row['variant'])} · {row['task_label']} · {row['size']} · s{row['seed']}"
+    task = str(row["task_label"]).replace(", ", ",<br>", 1) if len(str(row["task_label"])) > 28 else row["task_label"]
+    return f"{variant_name(row['variant'])} · s{row['seed']}<br>{task}<br>{row['size']}"
 
 
 def by_variant(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .common import attention_kind, layer_attention_kinds, pattern_hook
+from .common import layer_attention_kinds, pattern_hook
 from models.checkpoint import CONFIG_FILE
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST, METRICS_FILE, RUN_FILE,
@@ -43,6 +43,7 @@ from training.rundir import (
 from .runs import COLUMNS, load_run
 
 RUN_COLUMNS = [*COLUMNS, "size"]
+SHOWN_HEAD_SEQS = 32  # repeated sequences of head scores computed on the fly (mixit analyze stores its own number)
 SHOWN_COMPONENT_ROWS = 64  # eval rows of a components table computed on the fly (mixit analyze stores more)
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
 
@@ -379,8 +380,14 @@ def has_sink_head(model) -> bool:
     return is_fixed_attention(model) and getattr(model.config, "sink_head", True)
 
 
+def fixed_layers(model) -> list[int]:
+    """The layers whose attention is a fixed mixing matrix (all of MixiT's; some of a grid model's)."""
+    return [layer for layer, kind in enumerate(layer_attention_kinds(model)) if kind == "mixing"]
+
+
 def is_fixed_attention(model) -> bool:
-    return attention_kind(model) == "mixing"
+    """Whether every layer's attention is a fixed mixing matrix (MixiT; not a grid model with a softmax layer)."""
+    return len(fixed_layers(model)) == model.cfg.n_layers
 
 
 # --------------------------------------------------------------------------- heads
@@ -394,7 +401,7 @@ def stored_head_table(root: Path, run_dir: str | Path) -> tuple[pd.DataFrame, di
     return df, chance
 
 
-def compute_head_table(model, n_seqs: int = 32, seq_len: int = 32, seed: int = 0) -> tuple[pd.DataFrame, dict[str, float]]:
+def compute_head_table(model, n_seqs: int = SHOWN_HEAD_SEQS, seq_len: int = 32, seed: int = 0) -> tuple[pd.DataFrame, dict[str, float]]:
     """(analysis.heads.head_scores, chance scores) on repeated random sequences that fit the context.
 
     NoHeadScores if the context is too short for repeated sequences (n_ctx < 4).
@@ -524,7 +531,7 @@ def default_position(example: Example) -> int:
 
 # --------------------------------------------------------------------------- parameters
 def parameter_table(model) -> pd.DataFrame:
-    """Trainable and frozen parameters per component (embed, attn_qk, attn_vo, mlp, norm, unembed, ...)."""
+    """Trainable and frozen parameters per component (embed, attn_qk, attn_vo, attn_mix, mlp, norm, unembed, ...)."""
     df = pd.DataFrame(model.parameter_table())
     df["total"] = df["trainable"] + df["frozen"]
     return df

@@ -742,7 +742,8 @@ class Transformer(HookedRootModule):
         return {"trainable": trainable, "frozen": total - trainable, "total": total}
 
     def parameter_table(self) -> list[dict[str, object]]:
-        """Per-component parameter counts: embed, pos_embed, attn_qk, attn_vo, mlp, norm, unembed or classifier."""
+        """Per-component parameter counts: embed, pos_embed, attn_qk, attn_vo, attn_mix (learned input-independent
+        attention matrices), mlp, norm, unembed or classifier."""
         rows: dict[str, dict[str, int]] = {}
         for name, param in self.named_parameters():
             comp = component_of(name)
@@ -805,6 +806,8 @@ def component_of(param_name: str) -> str:
     if param_name.startswith("unembed."):
         return "unembed"
     if ".attn." in param_name:
+        if leaf == "A_learned":  # a `learned` layer's trainable input-independent attention matrices
+            return "attn_mix"
         return "attn_qk" if leaf[-1] in "QK" else "attn_vo"
     if ".mlp." in param_name:
         return "mlp"

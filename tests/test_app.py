@@ -176,6 +176,26 @@ def test_attention_view_labels_mixit_fixed_matrices(app, explorer_runs):
     assert ticks[0].startswith("0:") and len(ticks) == n  # token labels on the axes
 
 
+def test_a_grid_model_is_labelled_per_layer_and_its_learned_matrices_counted_apart(app, tmp_path):
+    from training import TrainConfig, train
+
+    for name, extra in (("mixed", {"attention": ["mixing", "softmax"]}), ("learned", {"attention": ["learned"]})):
+        cfg = TrainConfig(task="retrieval", task_params={"pairs": 2, "num_values": 4}, variant="mixit", d_model=16,
+                          n_layers=len(extra["attention"]) if name == "mixed" else 1, n_heads=2, steps=2,
+                          batch_size=8, eval_every=2, eval_samples=16, model_extra=extra)
+        train(cfg, tmp_path / "grid" / name, progress=False)
+    at = app(runs_dir=tmp_path, view="Attention", selected=["grid/mixed"])
+    info = texts(at.info)
+    assert "Layer(s) 0: fixed random matrices" in info and "every pattern" not in info
+    titles = [a["text"] for a in chart(at, "attn_grid")["layout"]["annotations"]]
+    assert titles[0].startswith("L0 H0: fixed") and titles[2].startswith("L1 H0: softmax")
+    model = ex.load_run_model(ex.open_root(tmp_path), tmp_path / "grid" / "learned")
+    table = ex.parameter_table(model).set_index("component")
+    size = {name.rsplit(".", 1)[-1]: p.numel() for name, p in model.named_parameters() if ".attn." in name}
+    assert table.loc["attn_mix", "trainable"] == size["A_learned"] == 2 * model.cfg.n_ctx ** 2  # not V/O parameters
+    assert table.loc["attn_vo", "total"] == sum(size[k] for k in ("W_V", "b_V", "W_O", "b_O"))
+
+
 def test_attention_view_token_ids_and_bad_input(app):
     at = app(view="Attention", selected=["retrieval/retrieval-standard"])
     assert at.radio(key="attn_source").value == "Eval sample"
@@ -206,6 +226,7 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     captions = texts(at.caption)
     assert "retrieval-standard`: stored by mixit analyze" in captions
     assert "retrieval-mixit`: computed now" in captions
+    assert "different numbers of sequences" in captions  # stored from 8, computed from 32, on one scale
     assert "too short" in texts(at.info)  # memorize: n_ctx 3, no repeated sequences; not an error
     assert not at.error
     induction = chart(at, "heads_induction")

@@ -133,8 +133,9 @@ def test_a_run_file_linked_to_outside_is_not_read(explorer_runs, tmp_path):
 
 
 def test_each_figure_declares_the_groups_it_draws():
-    assert figures_for_group("retrieval") == ["task_accuracy", "retrieval_pairs", "attention_maps", "dynamics"]
-    assert figures_for_group("khop") == ["task_accuracy", "induction_heads", "dynamics"]
+    assert figures_for_group("retrieval") == ["task_accuracy", "retrieval_pairs", "attention_maps", "dynamics",
+                                              "components"]
+    assert figures_for_group("khop") == ["task_accuracy", "induction_heads", "dynamics", "components"]
     assert figures_for_group("lm") == ["lm_curves"] and figures_for_group("nope") == []
     assert set(figures_for_group(None)) == set(FIGURE_NAMES)
     assert not any(figures_for_group(g) for g in ("signal", "speed"))  # drawn from the folder, not from runs
@@ -147,7 +148,7 @@ def test_figures_outside_the_root_are_listed_not_opened(root, tmp_path):
     (tmp_path / "reproduce.json").write_text(json.dumps({"figures_dir_resolved": str(root / "figures")}))
     (tmp_path / "run").mkdir()
     outside = ex.figure_links(ex.open_root(tmp_path), figures_for_group("retrieval"))
-    assert [link.name for link in outside] == ["task_accuracy", "retrieval_pairs", "attention_maps", "dynamics"]
+    assert [link.name for link in outside] == figures_for_group("retrieval")
     assert not any(link.readable for link in outside)
 
 
