@@ -564,23 +564,30 @@ def view_heads(root: Path, runs: pd.DataFrame) -> None:
                                    f"{run}<br>layer {layer}, head {head}: {kind}"), key="heads_rep")
 
 
+def per_run_tables(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None], compute, what: str
+                   ) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """{run: table} from `compute(root, run_dir, stamp, step) -> (table, where)` for each chosen run at its step,
+    and one caption per run saying where its table came from (or why it has none: a ValueError's message)."""
+    tables, notes = {}, []
+    for run, step in chosen.items():
+        row = runs[runs["run"] == run].iloc[0]
+        try:
+            with st.spinner(f"{what.capitalize()} of {run}..."):
+                tables[run], where = compute(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step), step)
+        except ValueError as e:  # a task it does not apply to, or a task that cannot be rebuilt
+            notes.append(f"`{run}`: no {what} ({e})")
+            continue
+        notes.append(f"`{run}`: {where}" + ("" if step is None else f", step {step}"))
+    return tables, notes
+
+
 def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
     """Head-level activation patching (analysis.patching) of the chosen retrieval / 1-hop k-hop runs: how much
     of the answer each head's clean output restores in a corrupted run, as a layer x head heatmap."""
-    grids, notes = {}, []
-    for run, step in chosen.items():
-        row = runs[runs["run"] == run].iloc[0]
-        if row["task"] not in ("retrieval", "khop"):
-            continue
-        try:
-            with st.spinner(f"Activation patching of {run}..."):
-                table, where = computed_patching(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step),
-                                                 step)
-        except ValueError as e:  # k-hop with more than one hop, or a task that cannot be rebuilt
-            notes.append(f"`{run}`: no patching ({e})")
-            continue
-        grids[run] = ex.patching_grid(table)
-        notes.append(f"`{run}`: {where}" + ("" if step is None else f", step {step}"))
+    patchable = {run: step for run, step in chosen.items()
+                 if runs[runs["run"] == run].iloc[0]["task"] in ("retrieval", "khop")}
+    tables, notes = per_run_tables(root, runs, patchable, computed_patching, "patching")
+    grids = {run: ex.patching_grid(table) for run, table in tables.items()}
     if not grids:
         return
     st.subheader("Activation patching: which heads carry the answer")
@@ -614,17 +621,7 @@ def computed_components(root: str, run_dir: str, stamp: tuple, step: int | None 
 def components_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
     """Who does the work in each chosen run (analysis.components): per layer, the accuracy lost when its attention
     or MLP is mean-ablated, and each head's share of the answer's logit difference."""
-    tables, notes = {}, []
-    for run, step in chosen.items():
-        row = runs[runs["run"] == run].iloc[0]
-        try:
-            with st.spinner(f"Components of {run}..."):
-                tables[run], where = computed_components(str(root), row["path"],
-                                                         ex.checkpoint_stamp(root, row["path"], step), step)
-        except ValueError as e:  # a text task, or a task that cannot be rebuilt
-            notes.append(f"`{run}`: no component analysis ({e})")
-            continue
-        notes.append(f"`{run}`: {where}" + ("" if step is None else f", step {step}"))
+    tables, notes = per_run_tables(root, runs, chosen, computed_components, "component analysis")
     if not tables:
         return
     st.subheader("Who does the work: attention and MLP")
