@@ -139,3 +139,28 @@ def test_reproduce_takes_the_ray_executor_options(tmp_path, capsys):
     assert "runs into" in capsys.readouterr().out
     assert main([*argv, "--address", "nonsense"]) == 2
     assert "address='nonsense'" in capsys.readouterr().err
+
+
+def test_check_ray_address_answers_in_seconds():
+    """The check itself (no Ray needed): nothing listening is a ValueError naming the address, fast; a
+    malformed address is refused; auto and local are left to Ray."""
+    import socket
+    import time
+
+    from training.sweep import check_ray_address
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"address='127.0.0.1:{port}': no Ray cluster answers there"):
+        check_ray_address(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 10
+    with pytest.raises(ValueError, match="is not HOST:PORT"):
+        check_ray_address("127.0.0.1")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_ray_address(f"ray://127.0.0.1:{listening.getsockname()[1]}")  # something answers: Ray's to judge
+    for address in (None, "auto", "local"):
+        check_ray_address(address)

@@ -382,6 +382,7 @@ def test_atomic_files_and_directories_get_the_modes_the_umask_gives(tmp_path, um
     (["train", "--task", "addition", "--out", "x", "--npr", "2"], "--npr"),
     (["reproduce", "--preset", "smoke", "--dry", "--out", "x"], "--dry"),
 ])
+@pytest.mark.slow  # a fresh interpreter per case; tests/test_cli_contract.py runs the same refusal in-process
 def test_abbreviated_options_are_refused_through_the_real_command(tmp_path, argv, named):
     # argparse would take --d-mod for --d-model, while the sweep looks for the literal option to know what the
     # user set: the run trained width 64. Refused as an unknown option instead, exit 2, one line.
@@ -393,7 +394,7 @@ def test_abbreviated_options_are_refused_through_the_real_command(tmp_path, argv
 
 
 @pytest.mark.parametrize("argv", [
-    ["train", "--out", "run"],
+    pytest.param(["train", "--out", "run"], marks=pytest.mark.slow),
     pytest.param(["sweep", "--tasks", "dyck", "--variants", "standard", "--seeds", "0", "1", "--workers", "2", "--out",
                   "sweep"], marks=pytest.mark.slow),
 ], ids=["train", "sweep-workers"])
@@ -483,7 +484,7 @@ skip: [signal, speed]
 """
 
 
-@pytest.mark.parametrize("command", ["sweep", "reproduce"])
+@pytest.mark.parametrize("command", ["sweep", pytest.param("reproduce", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("lr, wd, problem", [("3e-3", "1e-2", None), ("1E-3", "0", None),
                                               ("fast", "0.1", "lr='fast' must be a number"),
                                               ("0.1", "lots", "weight_decay='lots' must be a number")])

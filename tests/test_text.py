@@ -128,6 +128,7 @@ def test_lm_task_windows_and_eval_split(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow  # training to a quality bar
 def test_standard_lm_beats_the_unigram_baseline_on_tiny_shakespeare(tmp_path, one_thread):
     cfg = TrainConfig(task="lm", task_params={"text_file": [str(SHAKESPEARE)], "tokenizer": "byte", "seq_len": 64},
                       variant="standard", d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=16, lr=3e-3,

@@ -69,6 +69,7 @@ def test_small_standard_model_learns_three_digit_addition(tmp_path):
     assert summary["eval_acc"] > 0.9, summary
 
 
+@pytest.mark.slow  # two trainings, one in bf16 emulated on CPUs without it
 def test_bf16_precision_trains_like_fp32_and_is_recorded(tmp_path):
     """--precision bf16 autocasts the forward passes on the CPU: the run learns as fp32 does, is seeded alike,
     is not bit-identical to fp32 (so autocast really ran), and run.json / summary.json say which it was."""
