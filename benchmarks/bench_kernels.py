@@ -84,7 +84,19 @@ def alternate(fns: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def attention_table(repeats: int, calls: int) -> None:
+def longest_winning(rows: list[tuple[int, float]]) -> int | None:
+    """The largest size s such that the candidate won (ratio < 1) at every measured size up to s; None if it lost at
+    the smallest. rows: (size, candidate time / incumbent time)."""
+    best = None
+    for size, ratio in sorted(rows):
+        if ratio >= 1:
+            break
+        best = size
+    return best
+
+
+def attention_table(repeats: int, calls: int) -> dict[str, list[tuple[int, float]]]:
+    """Print the attention comparison; return, per choice, (positions, ratio) rows for the thresholds."""
     def limits(table):
         return ", ".join(f"{str(k).removeprefix('torch.')} {v}" for k, v in table.items())
 
@@ -92,6 +104,7 @@ def attention_table(repeats: int, calls: int) -> None:
           f"keys-outer up to {KEYS_OUTER_MAX_LEN}; keys-first up to {KEYS_FIRST_MAX_LEN})")
     print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'fused sdpa':>11} {'plain':>8} {'keys-first':>11} "
           f"{'best/fused':>11} {'keys-outer':>11} {'outer/first':>12}")
+    found: dict[str, list[tuple[int, float]]] = {}
     for B, H, T, E in ATTENTION_SHAPES:
         for dtype in (torch.float32, torch.bfloat16):
             qkv = torch.randn(B, T, 3, H, E, dtype=dtype, requires_grad=True)
@@ -112,6 +125,10 @@ def attention_table(repeats: int, calls: int) -> None:
             print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['fused']:>11.2f} "
                   f"{ms['plain']:>8.2f} {ms['keys-first']:>11.2f} {best / ms['fused']:>11.2f} "
                   f"{ms['keys-outer']:>11.2f} {ms['keys-outer'] / ms['keys-first']:>12.2f}")
+            found.setdefault(f"plain {str(dtype).removeprefix('torch.')}", []).append((T, best / ms["fused"]))
+            if dtype == torch.float32:
+                found.setdefault("keys-outer", []).append((T, ms["keys-outer"] / ms["keys-first"]))
+    return found
 
 
 # (batch, heads, positions, d_head) of the quick preset's MixiT runs: memorization, 3-digit addition and depth
@@ -129,10 +146,12 @@ def mix_per_head(A, v):
     return (A @ v.permute(2, 1, 0, 3).reshape(h, t, b * e)).view(h, t, b, e).permute(2, 1, 0, 3)
 
 
-def mixing_table(repeats: int, calls: int) -> None:
+def mixing_table(repeats: int, calls: int) -> list[tuple[int, float]]:
+    """Print the mixing comparison; return (d_head, per head / broadcast) rows in fp32 for the threshold."""
     print("MixiT mixing, forward + backward (and the output projection's input copy), ms per call "
           f"(per head used up to d_head {MIX_PER_HEAD_MAX_D_HEAD})")
     print(f"{'batch, heads, pos, d_head':>28} {'dtype':>6} {'broadcast':>10} {'per head':>9} {'per head/broadcast':>19}")
+    found = []
     for B, H, T, E in MIXING_SHAPES:
         for dtype in (torch.float32, torch.bfloat16):
             A = torch.randn(H, T, T, dtype=dtype).tril()
@@ -150,6 +169,25 @@ def mixing_table(repeats: int, calls: int) -> None:
             ms = {name: sec / reps * 1e3 for name, sec in med.items()}
             print(f"{str((B, H, T, E)):>28} {str(dtype).removeprefix('torch.'):>6} {ms['broadcast']:>10.2f} "
                   f"{ms['per head']:>9.2f} {ms['per head'] / ms['broadcast']:>19.2f}")
+            if dtype == torch.float32:
+                found.append((E, ms["per head"] / ms["broadcast"]))
+    return found
+
+
+def print_thresholds(attention: dict[str, list[tuple[int, float]]], mixing: list[tuple[int, float]]) -> None:
+    """The thresholds of models/transformer.py beside what this machine's measurements would set them to: the
+    largest measured size up to which the faster path won at every measured size (a lower bound: the measured
+    sizes are few)."""
+    def show(value: int | None) -> str:
+        return "never (it lost at the smallest size)" if value is None else str(value)
+
+    print("thresholds: models/transformer.py (tuned on a 2-core AMD EPYC) | what this machine's measurements give")
+    for dtype in (torch.float32, torch.bfloat16):
+        name = f"plain {str(dtype).removeprefix('torch.')}"
+        print(f"  MATH_ATTENTION_MAX_LEN[{str(dtype).removeprefix('torch.')}] = {MATH_ATTENTION_MAX_LEN[dtype]} | "
+              f"{show(longest_winning(attention.get(name, [])))}")
+    print(f"  KEYS_OUTER_MAX_LEN = {KEYS_OUTER_MAX_LEN} | {show(longest_winning(attention.get('keys-outer', [])))}")
+    print(f"  MIX_PER_HEAD_MAX_D_HEAD = {MIX_PER_HEAD_MAX_D_HEAD} | {show(longest_winning(mixing))}")
 
 
 def memory_table(repeats: int, steps: int) -> None:
@@ -193,9 +231,11 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {args.threads} thread(s)\n")
     if not args.memory_only:
-        attention_table(args.repeats, 2 * args.steps)
+        attention = attention_table(args.repeats, 2 * args.steps)
         print()
-        mixing_table(args.repeats, 2 * args.steps)
+        mixing = mixing_table(args.repeats, 2 * args.steps)
+        print()
+        print_thresholds(attention, mixing)
         # The allocator comparison needs a fresh process: after the attention table's large tensors have come
         # and gone, glibc's defaults no longer hand the step's buffers back (0 page faults either way).
         print(flush=True)

@@ -135,6 +135,9 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     return A.float(), scale.float()
 
 
+# The thresholds below were tuned on one 2-core AMD EPYC (avx512_bf16); another CPU may want others:
+# `python benchmarks/bench_kernels.py` measures the choices and prints the thresholds its machine would want.
+# Each choice computes the same function, so a threshold only ever changes speed.
 # On CPU, PyTorch's fused SDPA kernel is slower than plain ops (two batched matmuls and a softmax) at the
 # sequence lengths this study trains on, most of all in bf16 (batch 1,000, 4 heads, T = 34: 253 ms forward +
 # backward vs 45 ms; benchmarks/bench_kernels.py). In fp32 the plain ops win up to about 32 positions (0.5-0.9x
