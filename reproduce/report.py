@@ -181,81 +181,99 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None, fallback: bool = Tr
     """The report's tables from `runs` (rows of analysis.runs.COLUMNS); runs_dir holds the signal and speed
     stages' files (None: those tables are empty). fallback=False: a table reads only its own study's runs
     (the reference's, whose other studies were run at other settings)."""
-    tables: dict[str, pd.DataFrame] = {}
 
     def pick(task: str, study: str) -> pd.DataFrame:
         return select(runs, task, study, fallback)
 
-    # Table 1: retrieval (at the largest number of pairs trained) and k-hop induction.
-    ret = pick("retrieval", "retrieval")
+    per_size = _memorize_sizes(pick("memorize", "memorize"))
+    return {
+        "table1_retrieval": _table1(pick("retrieval", "retrieval"), pick("khop", "khop")),
+        "table2_lm": _table2(pick("lm", "lm")),
+        "table3_tasks": _table3(pick),
+        "table4_memorize_sizes": per_size,
+        "table4_memorize": memorize_regimes(per_size),
+        "table6_depth": _table6(pick("addition", "depth")),
+        "table7_signal": _table7(None if runs_dir is None else runs_dir / SIGNAL_FILE),
+        "induction": _induction(pick("khop", "khop"), runs),
+        "components": who_does_the_work(_finished(runs)[~_finished(runs)["group"].isin([BEYOND, SCALE])]).drop(
+            columns="layer"),
+        "beyond": _beyond(runs),
+        "speed": _speed(None if runs_dir is None else runs_dir / SPEED_FILE),
+    }
+
+
+def _table1(ret: pd.DataFrame, khop: pd.DataFrame) -> pd.DataFrame:
+    """Table 1: retrieval (at the largest number of pairs trained) and k-hop induction accuracy over seeds."""
     if len(ret):
         pairs = ret["task_params"].map(lambda p: p.get("pairs", 30))
         ret = ret[pairs == pairs.max()]
     rows = []
-    for task, df in (("retrieval", ret), ("khop", pick("khop", "khop"))):
+    for task, df in (("retrieval", ret), ("khop", khop)):
         for r in _acc(df, ["variant", "task_label"]).itertuples():
             rows.append({"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std,
                          "median": r.median, "seeds": r.seeds, "stuck": r.stuck, "paper": PAPER[task].get(r.variant)})
-    tables["table1_retrieval"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds",
-                                                             "stuck", "paper"])
+    return pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds", "stuck", "paper"])
 
-    # Table 2: language modeling, validation log-perplexity (nats per token).
-    lm = pick("lm", "lm")
+
+def _table2(lm: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: language modeling, validation log-perplexity (nats per token) over seeds."""
     t2 = mean_by(lm.assign(log_ppl=lm["eval_loss"].astype(float)), ["variant"], "log_ppl")
     t2["ppl"] = t2["log_ppl"].map(lambda x: math.exp(x) if pd.notna(x) else None)
     t2["paper_log_ppl"] = t2["variant"].map(PAPER["lm"])
-    tables["table2_lm"] = t2
+    return t2
 
-    # Table 3: algorithmic tasks and sentiment.
+
+def _table3(pick: Callable[[str, str], pd.DataFrame]) -> pd.DataFrame:
+    """Table 3: the algorithmic tasks and sentiment, accuracy over seeds with the size of each held-out set."""
     rows = []
     for task in (*ALGORITHMIC, "sentiment"):
-        study = "sentiment" if task == "sentiment" else "algorithmic"
-        mine = pick(task, study)
-        items = {label: _eval_items(r) for label, r in
-                 zip(mine["task_label"], mine.itertuples())} if len(mine) else {}
+        mine = pick(task, "sentiment" if task == "sentiment" else "algorithmic")
+        items = {label: _eval_items(r) for label, r in zip(mine["task_label"], mine.itertuples())} if len(mine) else {}
         for r in _acc(mine, ["variant", "task_label"]).itertuples():
             rows.append({"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std,
                          "median": r.median, "seeds": r.seeds, "stuck": r.stuck, "eval_items": items.get(r.task_label),
                          "paper": PAPER["sentiment"].get(r.variant) if task == "sentiment" else None})
-    tables["table3_tasks"] = pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds", "stuck",
-                                                         "eval_items", "paper"])
+    return pd.DataFrame(rows, columns=["task", "variant", "accuracy", "std", "median", "seeds", "stuck", "eval_items",
+                                       "paper"])
 
-    # Table 4: memorization, bits per trainable parameter in two regimes (see memorize_regimes).
+
+def _memorize_sizes(mem: pd.DataFrame) -> pd.DataFrame:
+    """Table 4's per-run rows: accuracy, bits and bits per trainable parameter at each dataset size (see
+    memorize_regimes for the two regimes read from them)."""
     rows = []
-    for r in pick("memorize", "memorize").itertuples():
+    for r in mem.itertuples():
         memory = _memory(r)
         if memory:
             rows.append({"variant": r.variant, "n": r.task_params.get("n"), "d": r.task_params.get("d", 2),
                          "seed": r.seed, "accuracy": memory.get("accuracy"), "bits": memory.get("bits"),
                          "params_trainable": memory.get("params_trainable"),
                          "bits_per_trainable_param": memory.get("bits_per_trainable_param")})
-    per_size = pd.DataFrame(rows, columns=["variant", "n", "d", "seed", "accuracy", "bits", "params_trainable",
-                                           "bits_per_trainable_param"])
-    tables["table4_memorize_sizes"] = per_size
-    tables["table4_memorize"] = memorize_regimes(per_size)
+    return pd.DataFrame(rows, columns=["variant", "n", "d", "seed", "accuracy", "bits", "params_trainable",
+                                       "bits_per_trainable_param"])
 
-    # Table 6: addition accuracy vs depth.
-    depth = pick("addition", "depth")
+
+def _table6(depth: pd.DataFrame) -> pd.DataFrame:
+    """Table 6: addition accuracy against depth (only when the study trained two depths or more)."""
     if len(depth) and depth["n_layers"].nunique() < 2:
         depth = depth.iloc[0:0]
-    tables["table6_depth"] = _acc(depth, ["variant", "n_layers", "d_model", "n_heads", "steps"]).rename(
+    return _acc(depth, ["variant", "n_layers", "d_model", "n_heads", "steps"]).rename(
         columns={"acc": "accuracy", "acc_std": "std"})
 
-    # Table 7: token covariance and cosine at the last layer vs depth, at initialisation.
-    signal_path = None if runs_dir is None else runs_dir / SIGNAL_FILE
-    if signal_path is not None and signal_path.is_file():
-        sig = pd.read_csv(signal_path)
-        sig = sig[sig["layer"] == sig["depth"]][["variant", "d_model", "depth", "covariance", "cosine"]]
-    else:
-        sig = pd.DataFrame(columns=["variant", "d_model", "depth", "covariance", "cosine"])
-    tables["table7_signal"] = sig.reset_index(drop=True)
 
-    # Induction heads, per variant (k-hop runs preferred): the task-aligned score of the best head on the
-    # task's own inputs, its chance levels and what ablating it costs; the repeated-token score as context.
+def _table7(signal_path: Path | None) -> pd.DataFrame:
+    """Table 7: token covariance and cosine at the last layer against depth, at initialisation (signal stage)."""
+    columns = ["variant", "d_model", "depth", "covariance", "cosine"]
+    if signal_path is None or not signal_path.is_file():
+        return pd.DataFrame(columns=columns)
+    sig = pd.read_csv(signal_path)
+    return sig[sig["layer"] == sig["depth"]][columns].reset_index(drop=True)
+
+
+def _induction(khop: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Induction heads per variant (k-hop runs preferred): the task-aligned score of the best head on the task's
+    own inputs, its chance levels and what ablating it costs; the repeated-token score as context."""
     rows = []
-    khop = pick("khop", "khop")
-    source = khop if len(khop) else _finished(runs)
-    for r in source.itertuples():
+    for r in (khop if len(khop) else _finished(runs)).itertuples():
         summary = ((read_analysis(r.path) if isinstance(r.path, str) else None) or {}).get("summary") or {}
         heads, aligned = summary.get("heads"), summary.get("task_induction")
         if not heads and not aligned:
@@ -278,39 +296,35 @@ def _build_tables(runs: pd.DataFrame, runs_dir: Path | None, fallback: bool = Tr
         ind = ind.assign(_has_task=ind["task_score"].notna())
         ind = ind.sort_values(["_has_task", "task_score", "repeat_score"], ascending=False, na_position="last")
         ind = ind.drop_duplicates("variant").drop(columns="_has_task").reset_index(drop=True)
-    tables["induction"] = ind
+    return ind
 
-    # Who does the work: attention against MLP inside every analysed algorithmic run (analysis.components).
-    paper_runs = _finished(runs)[~_finished(runs)["group"].isin([BEYOND, SCALE])]
-    tables["components"] = who_does_the_work(paper_runs).drop(columns="layer")
 
-    # Beyond the paper: each grid model's final metric per task, over seeds (LM: log-perplexity).
+def _beyond(runs: pd.DataFrame) -> pd.DataFrame:
+    """Beyond the paper: each grid model's final metric per task, over seeds (LM: log-perplexity)."""
     rows = []
-    beyond = _finished(runs)[_finished(runs)["group"] == BEYOND]
-    for (task, label, variant), df in beyond.groupby(["task", "task_label", "variant"], sort=False):
+    finished = _finished(runs)
+    for (task, label, variant), df in finished[finished["group"] == BEYOND].groupby(["task", "task_label", "variant"],
+                                                                                     sort=False):
         lm = task == "lm"
         values = df["eval_loss" if lm else "eval_acc"].astype(float) * (1 if lm else 100)
         rows.append({"task": label, "variant": variant, "metric": "log-ppl" if lm else "accuracy %",
                      "value": values.mean(), "std": values.std(ddof=0), "seeds": len(values),
                      "paper_related": BEYOND_RELATED.get(task, "")})
-    tables["beyond"] = pd.DataFrame(rows, columns=BEYOND_COLUMNS)
+    return pd.DataFrame(rows, columns=BEYOND_COLUMNS)
 
-    # Speed: per-sample training time relative to standard.
-    speed_path = None if runs_dir is None else runs_dir / SPEED_FILE
-    if speed_path is not None and speed_path.is_file():
-        sp = pd.read_csv(speed_path)
-        sp["faster_pct"] = -100 * sp["relative_to_standard"]
-        # The spread of that saving over the stage's repeats (speed files written before it existed: unknown).
-        sp["faster_pct_spread"] = 100 * sp["relative_spread"] if "relative_spread" in sp else float("nan")
-        sp["paper_faster_pct"] = sp["variant"].map(PAPER["speed_faster_pct"])
-        sp = sp[["variant", "d_model", "n_layers", "seq_len", "batch_size", "device", "params_trainable",
-                 "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread",
-                 "paper_faster_pct"]]
-    else:
-        sp = pd.DataFrame(columns=["variant", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread",
-                                   "paper_faster_pct"])
-    tables["speed"] = sp
-    return tables
+
+def _speed(speed_path: Path | None) -> pd.DataFrame:
+    """Speed: per-sample training time relative to standard, with the spread over the stage's repeats."""
+    if speed_path is None or not speed_path.is_file():
+        return pd.DataFrame(columns=["variant", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread",
+                                     "paper_faster_pct"])
+    sp = pd.read_csv(speed_path)
+    sp["faster_pct"] = -100 * sp["relative_to_standard"]
+    # The spread of that saving over the stage's repeats (speed files written before it existed: unknown).
+    sp["faster_pct_spread"] = 100 * sp["relative_spread"] if "relative_spread" in sp else float("nan")
+    sp["paper_faster_pct"] = sp["variant"].map(PAPER["speed_faster_pct"])
+    return sp[["variant", "d_model", "n_layers", "seq_len", "batch_size", "device", "params_trainable",
+               "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread", "paper_faster_pct"]]
 
 
 # --------------------------------------------------------------------------- findings
