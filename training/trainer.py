@@ -551,9 +551,15 @@ def train(
     out_dir; FileExistsError if resume=False and out_dir already holds something.
     Under torchrun (training.parallel) every process calls this; they train one run data-parallel and
     rank 0 writes the run directory and returns the summary.
+    On a CPU under glibc this changes the whole process's malloc thresholds (`keep_freed_memory`), and
+    leaves them so.
     """
     out = Path(out_dir)
     device = pick_device(local_device(cfg.device, Ranks.from_env()))
+    if device.type == "cpu":
+        # Process-wide: glibc's malloc keeps freed blocks for reuse from here on (the step reallocates the same
+        # buffers; see keep_freed_memory). It stays so after train() returns; keep_freed_memory(False) undoes it.
+        keep_freed_memory()
     ranks = Ranks.start(device)
     try:
         if not resume and not is_empty_run_dir(out):
@@ -605,6 +611,81 @@ def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
         )
 
 
+def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, model_cfg, optimizer, stream,
+                     argv: list[str] | None, ranks: Ranks) -> tuple[int, float, float | None, tuple[float, int]]:
+    """Load the last checkpoint's weights, optimizer, data stream and counters (resume), or write a new run's
+    run.json (and tokenizer). Returns (step, elapsed seconds so far, best eval accuracy so far, the training
+    loss window since the last log: its sum and its number of steps)."""
+    ckpt = out / CHECKPOINT_DIR
+    if resume and (ckpt / STATE_JSON).is_file():
+        from models import load_model
+
+        model.load_state_dict(load_model(ckpt).state_dict())
+        meta = _load_trainer_state(ckpt, optimizer, stream)
+        if ranks.main:
+            truncate_metrics(out, meta["step"])
+        return (meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc"),
+                (meta.get("window_loss", 0.0), meta.get("window_n", 0)))
+    if ranks.main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / METRICS_FILE).unlink(missing_ok=True)
+        task_info = {"name": task.name, **task.params}
+        if task.data_fingerprint is not None:
+            task_info["data_fingerprint"] = task.data_fingerprint
+        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
+                                    **provenance(argv)})
+        if task.text_tokenizer is not None:
+            write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
+    return 0, 0.0, None, (0.0, 0)
+
+
+def _train_step(cfg: TrainConfig, task, batch: tuple[torch.Tensor, ...], step: int, optimizer, forward,
+                device: torch.device, ranks: Ranks, summed=None) -> tuple[float, torch.Tensor]:
+    """One optimizer step at `step` on one training batch: the learning rate of the schedule, the loss, its
+    gradient, clipping and AdamW. Returns (the loss, the gradient norm before clipping); TrainingDiverged when
+    either is not finite. With several processes `summed` (the DDP-wrapped summed loss) takes this rank's rows."""
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.lr_at(step)
+    if summed is None:
+        batch = tuple(t.to(device, non_blocking=True) for t in batch)
+        with autocast_for(device, cfg.precision):
+            loss = task_loss(forward, task, batch)
+        loss_value = loss.item()
+    else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
+        rows = ranks.rows(cfg.batch_size)
+        scale = ranks.size / scored_count(task, batch)
+        with autocast_for(device, cfg.precision):
+            loss = summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
+        loss_value = ranks.sum(loss.detach() / ranks.size).item()
+    if not math.isfinite(loss_value):
+        raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
+    )
+    if not torch.isfinite(grad_norm):
+        raise TrainingDiverged(f"non-finite gradient norm at step {step}")
+    optimizer.step()
+    return loss_value, grad_norm
+
+
+def _eval_metrics(model, task, eval_batch: tuple[torch.Tensor, ...], cfg: TrainConfig) -> dict[str, float]:
+    """What an evaluation step logs: held-out loss and accuracy, and the task's extras (perplexity for lm)."""
+    labels = eval_batch[2] if task.objective == "classification" else None
+    metrics = evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels, cfg.precision)
+    metrics.update(task.extra_eval_metrics(metrics["eval_loss"]))
+    return metrics
+
+
+def _progress_line(cfg: TrainConfig, record: dict[str, Any]) -> str:
+    """The line printed above the progress bar at an evaluation step."""
+    ppl = f" eval_ppl {record['eval_perplexity']:.2f}" if "eval_perplexity" in record else ""
+    return (f"[{cfg.variant}/{cfg.task}] step {record['step']}/{cfg.steps} loss {record['loss']:.4f} "
+            f"eval_loss {record['eval_loss']:.4f}{ppl} eval_acc {record['eval_acc']:.3f} "
+            f"{record['tokens_per_s']:,.0f} tok/s")
+
+
 def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
            tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
     """The body of `train`, run while holding the run directory's lock (rank 0)."""
@@ -621,8 +702,6 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     if not ranks.main:
         task = cfg.build_task(out.parent / DATA_CACHE_DIR)
     model_cfg = cfg.model_config(task)
-    if device.type == "cpu":
-        keep_freed_memory()
     if resume and (out / RUN_FILE).is_file():
         saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")
         if saved is not None and saved != task.data_fingerprint:
@@ -634,32 +713,13 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
     eval_batch = task.eval_set(cfg.eval_samples)
 
-    step, elapsed_before, best_acc, window = 0, 0.0, None, (0.0, 0)
-    if resume and (ckpt / STATE_JSON).is_file():
-        from models import load_model
-
-        model.load_state_dict(load_model(ckpt).state_dict())
-        meta = _load_trainer_state(ckpt, optimizer, stream)
-        step, elapsed_before, best_acc = meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc")
-        window = meta.get("window_loss", 0.0), meta.get("window_n", 0)
-        if ranks.main:
-            truncate_metrics(out, step)
-    elif ranks.main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / METRICS_FILE).unlink(missing_ok=True)
-        task_info = {"name": task.name, **task.params}
-        if task.data_fingerprint is not None:
-            task_info["data_fingerprint"] = task.data_fingerprint
-        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
-                                    **provenance(argv)})
-        if task.text_tokenizer is not None:
-            write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
+    step, elapsed_before, best_acc, window = _start_or_resume(cfg, out, resume, task, model, model_cfg, optimizer,
+                                                              stream, argv, ranks)
     forward = torch.compile(model) if cfg.compile else model
     if ranks.size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         summed = DistributedDataParallel(SummedLoss(forward, task), **ddp_options(device))
-        rows = ranks.rows(cfg.batch_size)
     checkpoint_every = cfg.checkpoint_every or cfg.eval_every
     tokens_per_step = cfg.batch_size * task.seq_len
     counts = model.parameter_counts()
@@ -701,29 +761,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     try:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            batch = stream.next()
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr_at(step)
-            if ranks.size == 1:
-                batch = tuple(t.to(device, non_blocking=True) for t in batch)
-                with autocast_for(device, cfg.precision):
-                    loss = task_loss(forward, task, batch)
-                loss_value = loss.item()
-            else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
-                scale = ranks.size / scored_count(task, batch)
-                with autocast_for(device, cfg.precision):
-                    loss = summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
-                loss_value = ranks.sum(loss.detach() / ranks.size).item()
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
-            )
-            if not torch.isfinite(grad_norm):
-                raise TrainingDiverged(f"non-finite gradient norm at step {step}")
-            optimizer.step()
+            loss_value, grad_norm = _train_step(cfg, task, stream.next(), step, optimizer, forward, device, ranks,
+                                                summed if ranks.size > 1 else None)
             step += 1
             if device.type == "cuda" and step % cfg.log_every == 0:
                 torch.cuda.synchronize()
@@ -745,18 +784,11 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
                 }
                 window_loss, window_n = 0.0, 0
                 if is_eval:
-                    labels = eval_batch[2] if task.objective == "classification" else None
-                    record.update(evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels,
-                                           cfg.precision))
-                    record.update(task.extra_eval_metrics(record["eval_loss"]))
+                    record.update(_eval_metrics(model, task, eval_batch, cfg))
                     best_acc = max(best_acc or 0.0, record["eval_acc"])
                     last_acc = record["eval_acc"]
-                    ppl = f" eval_ppl {record['eval_perplexity']:.2f}" if "eval_perplexity" in record else ""
-                    bar.write(
-                        f"[{cfg.variant}/{cfg.task}] step {step}/{cfg.steps} loss {record['loss']:.4f} "
-                        f"eval_loss {record['eval_loss']:.4f}{ppl} eval_acc {record['eval_acc']:.3f} "
-                        f"{record['tokens_per_s']:,.0f} tok/s"
-                    ) if progress else None
+                    if progress:
+                        bar.write(_progress_line(cfg, record))
                 log(record)
                 last = record
                 bar.set_postfix(loss=f"{record['loss']:.3f}", eval_acc=f"{last_acc:.3f}")
