@@ -202,6 +202,7 @@ def test_analyze_text_runs_language_model_and_classifier(tmp_path, capsys, gener
     assert clf_meta["summary"]["ablation"]["examples"] == 32 and 0 <= clf_meta["summary"]["ablation"]["baseline_accuracy"] <= 1
 
 
+@pytest.mark.slow  # a fresh interpreter per case
 def test_python_m_entry_point_reports_analyze_errors_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "cli", "analyze", str(tmp_path / "missing")],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])

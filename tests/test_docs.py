@@ -25,6 +25,10 @@ README = ROOT / "README.md"
 README_MAX_LINES = 200
 
 
+# Building the site takes most of a minute: `make test` builds it, the fast loop leaves it out.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")

@@ -55,6 +55,7 @@ def test_dynamics_scores_every_kept_step_and_the_cli_writes_them(kept_run, capsy
     pd.testing.assert_frame_equal(written[["step", "top_induction"]], table[["step", "top_induction"]], check_dtype=False)
 
 
+@pytest.mark.slow
 def test_a_run_that_kept_nothing_says_how_to_keep(tmp_path, capsys):
     run = tmp_path / "plain"
     train(TrainConfig(**{**CFG, "steps": 5}), run, progress=False)
@@ -63,6 +64,7 @@ def test_a_run_that_kept_nothing_says_how_to_keep(tmp_path, capsys):
     assert "--keep-checkpoints N" in capsys.readouterr().out and not (run / DYNAMICS_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_same_checkpoints(kept_run, tmp_path, monkeypatch):
     import training.trainer as trainer
 

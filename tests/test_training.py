@@ -225,6 +225,7 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path, capsys):
     assert code == 0 and "finished at step 10" in out
 
 
+@pytest.mark.slow  # a fresh interpreter per case
 def test_mixit_console_script_exit_status(tmp_path):
     exe = [sys.executable, "-m", "cli"]
     bad = subprocess.run(exe + ["train", "--task", "addition", "--variant", "nah", "--out", str(tmp_path / "r")],
