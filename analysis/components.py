@@ -267,13 +267,15 @@ def component_effects(
             return memorized_bits(model, memorize_task)
 
         intact = bits_fn().iloc[0]
-    names = sorted({name for which in ("layers", "heads") for *_, hook_names in _targets(model, which) for name in hook_names})
+    kinds = ("layers", "heads") if heads else ("layers",)
+    # The intact activations of only the hooks some ablation replaces (hook_z only when heads are ablated).
+    names = sorted({name for which in kinds for *_, hook_names in _targets(model, which) for name in hook_names})
     clean = _clean_outputs(model, tokens, names, batch_size)
     means = {name: act.double().mean(0).to(act.dtype) for name, act in clean.items()}
     perm = _derangement(n, seed).to(model_device(model))
 
     rows: list[dict[str, Any]] = []
-    for which in ("layers", "heads") if heads else ("layers",):
+    for which in kinds:
         for component, layer, head, hook_names in _targets(model, which):
             row: dict[str, Any] = {"component": component, "layer": layer, "head": head}
             for method in METHODS:
