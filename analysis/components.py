@@ -319,10 +319,11 @@ def _per_run(run: Any, table: pd.DataFrame, per_layer: bool) -> list[dict[str, A
     base_acc = first.mean_accuracy - first.mean_delta_accuracy  # the intact model on the same eval rows
     for kind, name in KINDS.items():
         layers = table[table["component"] == kind]
-        targets = ([(int(l), r) for l, r in zip(layers["layer"], layers.itertuples())] if per_layer
-                   else [(-1, next(table[table["component"] == f"all_{kind}"].itertuples()))])
-        for layer, r in targets:
-            share = float(layers.loc[layers["layer"] == layer, "share"].sum()) if per_layer else float(layers["share"].sum())
+        # Per layer: that layer's own row; else the all-at-once ablation, with the layers' shares summed.
+        targets = list(layers.itertuples()) if per_layer else [next(table[table["component"] == f"all_{kind}"].itertuples())]
+        for r in targets:
+            layer = int(r.layer) if per_layer else -1
+            share = float(r.share) if per_layer else float(layers["share"].sum())
             intact = r.mean_bits + r.mean_bits_lost if pd.notna(r.mean_bits) else float("nan")
             rows.append({
                 "task": run.task_label, "variant": run.variant, "d_model": run.d_model, "n_layers": run.n_layers,
