@@ -18,6 +18,10 @@ buffer (not saved), so code written for the TransformerLens layout still finds i
 Hook shapes follow TransformerLens: hook_q/k/v/z are [batch, pos, head_index, d_head],
 hook_attn_scores/hook_pattern are [batch, head_index, query_pos, key_pos].
 
+HookedTransformer's weight accessors (`model.W_Q`, `model.W_U`, `model.OV`, `model.QK_at`, ...) and the cache's
+decompositions are in models/lens.py: they fold in the shaped variants' multipliers, which the block
+parameters above do not show.
+
 Models trained on text carry their tokenizer (`model.tokenizer`, see models/tokenizer.py) and offer
 TransformerLens's `to_tokens`, `to_string` and `to_str_tokens`.
 """
@@ -32,13 +36,14 @@ from typing import Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens import HookedRootModule
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 
 from . import tokenizer as tok
 from .checkpoint import check_state, read_weights, save_model
 from .config import ModelConfig
+from .lens import QK_KINDS, LensCache, LensWeights
 
 
 def derive_seed(seed: int, *tags: object) -> int:
@@ -218,6 +223,9 @@ class Attention(nn.Module):
         add_bias(self, "b_O", D, trained=cfg.bias)
         # Width scaling of the shaped variants: output * sqrt(base / fan_in); fan_in = d_model for all four.
         self.out_mult = cfg.width_mult
+        self._result_contribution_scale = self.out_mult  # TransformerLens's ActivationCache: result = z @ W_O * this
+        self.use_attn_result = False  # set_use_attn_result: per-head results through hook_result
+        self.use_split_qkv_input = False  # set_use_split_qkv_input: per-head inputs through hook_{q,k,v}_input
 
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()
@@ -227,6 +235,10 @@ class Attention(nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, q_pos, k_pos], masked, pre-softmax
         self.hook_pattern = HookPoint()  # [batch, head, q_pos, k_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model], with set_use_attn_result
+        self.hook_q_input = HookPoint()  # [batch, pos, head, d_model], before ln1, with set_use_split_qkv_input
+        self.hook_k_input = HookPoint()
+        self.hook_v_input = HookPoint()
 
     def _project(self, x: torch.Tensor, *Wb: torch.Tensor) -> torch.Tensor:
         """x [batch, pos, d_model] -> [batch, pos, n, head, d_head] for n (W [head, d_model, d_head], b) pairs.
@@ -248,17 +260,42 @@ class Attention(nn.Module):
     def _needs_pattern(self) -> bool:
         return self.hook_pattern.has_hooks() or self.hook_attn_scores.has_hooks()
 
+    def split_inputs(self, resid: torch.Tensor, ln1: nn.Module) -> torch.Tensor:
+        """resid [batch, pos, d_model] -> normalized per-head inputs [batch, pos, n (q, k, v or v), head, d_model]."""
+        x = resid[:, :, None].expand(-1, -1, self.cfg.n_heads, -1)
+        hooks = (self.hook_q_input, self.hook_k_input, self.hook_v_input) if self.kind in QK_KINDS else (self.hook_v_input,)
+        return torch.stack([ln1(hook(x)) for hook in hooks], dim=2)
+
+    def _project_split(self, x: torch.Tensor, *Wb: torch.Tensor) -> torch.Tensor:
+        """Per-head inputs x [batch, pos, n, head, d_model] -> [batch, pos, n, head, d_head] (see split_inputs)."""
+        W, b = torch.stack(Wb[0::2]), torch.stack(Wb[1::2])  # [n, head, d_model, d_head], [n, head, d_head]
+        return (torch.einsum("bpnhd,nhde->bpnhe", x, W) + b) * self.out_mult
+
+    def _output(self, z: torch.Tensor) -> torch.Tensor:
+        """z [batch, pos, head, d_head] -> out_mult * (z W_O + b_O) [batch, pos, d_model]; through hook_result
+        ([batch, pos, head, d_model]) with set_use_attn_result."""
+        if self.use_attn_result:
+            result = self.hook_result(torch.einsum("bphe,hed->bphd", z, self.W_O) * self.out_mult)
+            return result.sum(-2) + self.b_O * self.out_mult
+        return affine(z.reshape(*z.shape[:2], -1), self.W_O.reshape(-1, self.W_O.shape[-1]), self.b_O, self.out_mult)
+
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
         """x [batch, pos, d_model] -> [batch, pos - start, d_model]. key_padding_mask [batch, pos] is True at real tokens.
 
         With start > 0 only the queries at positions start.. are computed (every position is still a key).
+        x may also be per-head inputs [batch, pos, n, head, d_model] (`split_inputs`).
         """
-        b, t, _ = x.shape
+        b, t = x.shape[:2]
+        split = x.dim() == 5
         if self.kind in ("mixing", "learned"):
-            v = self.hook_v(self._project(x, self.W_V, self.b_V)[:, :, 0])
+            v = self._project_split(x, self.W_V, self.b_V) if split else self._project(x, self.W_V, self.b_V)
+            v = self.hook_v(v[:, :, 0])
             z = self._mix(v, key_padding_mask, start)
         else:
-            if self.W_Q.requires_grad == self.W_K.requires_grad == self.W_V.requires_grad:
+            if split:
+                qkv = self._project_split(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
+                qk, v = qkv[:, :, :2], qkv[:, :, 2]
+            elif self.W_Q.requires_grad == self.W_K.requires_grad == self.W_V.requires_grad:
                 qkv = self._project(x, self.W_Q, self.b_Q, self.W_K, self.b_K, self.W_V, self.b_V)
                 qk, v = qkv[:, :, :2], qkv[:, :, 2]
             else:
@@ -277,8 +314,7 @@ class Attention(nn.Module):
             v = self.hook_v(v)
             q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             z = self._softmax_attention(q[:, start:], k, v, key_padding_mask)
-        z = self.hook_z(z)
-        return affine(z.reshape(b, t - start, -1), self.W_O.reshape(-1, self.W_O.shape[-1]), self.b_O, self.out_mult)
+        return self._output(self.hook_z(z))
 
     def _allowed(self, t: int, device: torch.device, key_padding_mask: torch.Tensor | None, start: int = 0) -> torch.Tensor:
         """Boolean [batch or 1, 1, q, k] mask of the key positions each query (positions start..t-1) may see."""
@@ -446,7 +482,8 @@ class Block(nn.Module):
         """resid [batch, pos, d_model] -> [batch, pos - start, d_model]: with start > 0 the block's output only at
         positions start.. (the earlier ones still serve as keys)."""
         resid = self.hook_resid_pre(resid)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_padding_mask, start))
+        attn_in = self.attn.split_inputs(resid, self.ln1) if self.attn.use_split_qkv_input else self.ln1(resid)
+        attn_out = self.hook_attn_out(self.attn(attn_in, key_padding_mask, start))
         resid = self.hook_resid_mid(self._residual(resid[:, start:], attn_out))
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid)))
         return self.hook_resid_post(self._residual(resid, mlp_out))
@@ -473,7 +510,8 @@ class PosEmbed(nn.Module):
         self.W_pos = nn.Parameter(torch.empty(n_ctx, d_model))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.W_pos[: tokens.shape[1]][None]
+        """tokens [batch, pos] -> [batch, pos, d_model] (a view: one row per batch item, as TransformerLens's)."""
+        return self.W_pos[: tokens.shape[1]][None].expand(tokens.shape[0], -1, -1)
 
 
 class Unembed(nn.Module):
@@ -518,7 +556,7 @@ class Classifier(nn.Module):
         return affine(self.hook_pooled(pooled), self.W_C, self.b_C, self.mult)
 
 
-class Transformer(HookedRootModule):
+class Transformer(LensWeights, HookedRootModule):
     """The study's decoder. `model(tokens)` maps int64 [batch, pos] to logits [batch, pos, d_vocab].
 
     With `config.n_classes` set it is a sequence classifier instead: a `classifier` head replaces the
@@ -588,6 +626,7 @@ class Transformer(HookedRootModule):
         attention_mask: torch.Tensor | None = None,
         *,
         from_pos: int = 0,
+        stop_at_layer: int | None = None,
     ):
         """tokens int64 [batch, pos] -> logits [batch, pos, d_vocab].
 
@@ -599,7 +638,12 @@ class Transformer(HookedRootModule):
         from_pos > 0 computes the output only at positions from_pos.. ([batch, pos - from_pos, ...]; not with
         "loss"/"both"): the last block skips the earlier positions' queries and MLP, which every position
         still serves as keys and values for. The trainer uses it when its loss reads late positions only.
+        stop_at_layer (as TransformerLens's) returns the residual stream entering that block instead, [batch, pos,
+        d_model], before any norm: 0 gives the embeddings, -1 the input of the last block.
         """
+        if stop_at_layer is not None:
+            tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)
+            return self.residual_stream(tokens, attention_mask, stop_at_layer=stop_at_layer)
         tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)
         if self.config.n_classes is not None and return_type is not None:
             if return_type != "logits":
@@ -637,8 +681,9 @@ class Transformer(HookedRootModule):
         return self.classifier(self.residual_stream(tokens, attention_mask), attention_mask)
 
     def residual_stream(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                        from_pos: int = 0) -> torch.Tensor:
-        """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward)."""
+                        from_pos: int = 0, stop_at_layer: int | None = None) -> torch.Tensor:
+        """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward);
+        with stop_at_layer, the (unnormalized) stream entering that block."""
         if tokens.ndim == 1:
             tokens = tokens[None]
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
@@ -652,12 +697,20 @@ class Transformer(HookedRootModule):
         resid = self.hook_embed(self.embed(tokens))
         if hasattr(self, "pos_embed"):
             resid = resid + self.hook_pos_embed(self.pos_embed(tokens))
+        if stop_at_layer is not None:
+            n = self.config.n_layers
+            if not (isinstance(stop_at_layer, int) and -n <= stop_at_layer <= n):
+                raise ValueError(f"stop_at_layer={stop_at_layer!r} must be an integer in [{-n}, {n}] for {n} layers")
+            for block in self.blocks[:stop_at_layer]:
+                resid = block(resid, attention_mask)
+            return resid
         for layer, block in enumerate(self.blocks):
             resid = block(resid, attention_mask, from_pos if layer == self.config.n_layers - 1 else 0)
         return self.ln_final(resid)
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Like HookedRootModule.run_with_cache, but returns an `ActivationCache` (as HookedTransformer did).
+        """Like HookedRootModule.run_with_cache, but returns an `ActivationCache` (as HookedTransformer did): a
+        `LensCache`, whose residual decompositions weigh each write as it arrives (models/lens.py).
 
         Returns:
             `(output, cache)`: the forward's output (logits `[batch, pos, d_vocab]` by default) and the
@@ -666,7 +719,7 @@ class Transformer(HookedRootModule):
         """
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if return_cache_object:
-            return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+            return out, LensCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict
 
     # ----------------------------------------------------------------- text (models trained on text)

@@ -92,7 +92,8 @@ def test_attribution_sums_to_the_logit_difference(variant):
     table, _ = logit_attribution(model, tokens, mask)
     for layer in range(3):
         heads = table[(table["component"] == "head") & (table["layer"] == layer)]["dla"]
-        assert len(heads) == 4 and heads.sum() == pytest.approx(row(table, "attn", layer).dla, rel=1e-6, abs=1e-9)
+        # float32 forward against float64 sums: the summation order (thread count) moves the 6th digit
+        assert len(heads) == 4 and heads.sum() == pytest.approx(row(table, "attn", layer).dla, rel=2e-5, abs=1e-9)
 
 
 def test_identical_rows_lose_nothing_and_a_seed_reproduces_the_table():
