@@ -171,14 +171,7 @@ class LensWeights:
 
     def _rotation(self, pos: int, which: int) -> torch.Tensor:
         """[n_layers, n_heads, d_head, d_head]: R with rotary(x) = x @ R at `pos` (which: 0 queries, 1 keys)."""
-        from .transformer import apply_rotary  # the rotation the forward applies, applied to the identity
-
-        mats = []
-        for block in self.blocks:
-            cos, sin = block.attn.rotary_cos[pos, which], block.attn.rotary_sin_signed[pos, which]  # [head, d_head]
-            eye = torch.eye(cos.shape[-1], dtype=cos.dtype, device=cos.device)
-            mats.append(apply_rotary(eye[None], cos[:, None], sin[:, None]))  # [head, d_head (in), d_head (out)]
-        return torch.stack(mats)
+        return torch.stack([block.attn.rotation(pos, which) for block in self.blocks])
 
     def all_composition_scores(self, mode: Literal["Q", "K", "V"],
                                positions: tuple[int, int] | None = None) -> torch.Tensor:

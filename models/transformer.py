@@ -252,6 +252,12 @@ class Attention(nn.Module):
         out = affine(x, W.transpose(0, 1).reshape(D, -1), b.reshape(-1), self.out_mult)
         return out.view(*x.shape[:-1], len(Ws), H, E)
 
+    def rotation(self, pos: int, which: int) -> torch.Tensor:
+        """[head, d_head, d_head]: the matrix R with rotary(x) = x @ R at position `pos` (which: 0 queries, 1 keys)."""
+        cos, sin = self.rotary_cos[pos, which], self.rotary_sin_signed[pos, which]  # [head, d_head]
+        eye = torch.eye(cos.shape[-1], dtype=cos.dtype, device=cos.device)
+        return apply_rotary(eye[None], cos[:, None], sin[:, None])  # row i: e_i rotated
+
     def _rotary_tables(self, t: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, signed sin [pos, 2, head, d_head] for the first t positions, in `dtype` (bf16 under autocast:
         no promotion of q, k to fp32)."""
