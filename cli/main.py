@@ -211,8 +211,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="another ModelConfig field, e.g. qk_init_std=0.044 or residual_scale=0.5 (repeatable)")
     p.add_argument("--freeze", metavar="PARTS", action="append",
-                   help="also keep these at their init: comma-separated, from embed, pos, qk, v, o, mix, mlp, norms, "
-                        "unembed; PART@L for layer L only (e.g. v,o or qk@1); repeats add up")
+                   help="also keep these at their init: comma-separated, from embed, pos, qk, q, k, v, o, mix, mlp, "
+                        "norms (every norm, ln_final too), ln_final, unembed; PART@L for layer L only (norms@L: its "
+                        "ln1, ln2), PART@L.hH for head H of layer L (qk, q, k, v, o, mix; o's head leaves the shared "
+                        "b_O trained), e.g. v,o or qk@1 or v@0.h2; repeats add up")
     p.add_argument("--attention", metavar="KINDS", action="append",
                    help="each layer's attention, comma-separated (one entry: every layer): softmax, shaped, mixing "
                         "(fixed random, as MixiT) or learned (trained, input-independent), e.g. mixing,softmax")

@@ -18,19 +18,33 @@ AttentionKind = Literal["softmax", "shaped", "mixing", "learned"]
 ATTENTION_KINDS = ("softmax", "shaped", "mixing", "learned")
 
 # The trainability grid: each component names the parameters it covers; `{layer}` is one layer's index
-# (a per-layer entry such as "qk@1") or any layer. `ModelConfig.freeze` freezes components at their init.
+# (a per-layer entry such as "qk@1") or any layer. `ModelConfig.freeze` freezes components at their init;
+# FreezeEntry below is the grammar of one entry, docs/guides/variants.md what each component means.
 COMPONENTS: dict[str, str] = {
     "embed": r"embed\.W_E",
     "pos": r"pos_embed\.W_pos",
     "qk": r"blocks\.{layer}\.attn\.[Wb]_[QK]",
+    "q": r"blocks\.{layer}\.attn\.[Wb]_Q",
+    "k": r"blocks\.{layer}\.attn\.[Wb]_K",
     "v": r"blocks\.{layer}\.attn\.[Wb]_V",
     "o": r"blocks\.{layer}\.attn\.[Wb]_O",
     "mix": r"blocks\.{layer}\.attn\.A_learned",  # the trainable matrices of "learned" attention
     "mlp": r"blocks\.{layer}\.mlp\..*",
-    "norms": r"blocks\.{layer}\.ln[12]\.w|ln_final\.w",
+    "norms": r"blocks\.{layer}\.ln[12]\.w",  # plain "norms" also covers ln_final (EVERY_LAYER_ALSO)
+    "ln_final": r"ln_final\.w",
     "unembed": r"unembed\..*|classifier\..*",
 }
-PER_LAYER = ("qk", "v", "o", "mix", "mlp", "norms")
+PER_LAYER = ("qk", "q", "k", "v", "o", "mix", "mlp", "norms")
+# Components whose parameters are stacked by head on their first dimension (W_Q [head, d_model, d_head],
+# b_Q [head, d_head], W_O [head, d_head, d_model], A_learned [head, q, k]): one head can be frozen ("v@0.h1").
+PER_HEAD = ("qk", "q", "k", "v", "o", "mix")
+# b_O [d_model] is shared by every head: a head entry of "o" freezes W_O[head] and leaves b_O trained.
+SHARED_BY_HEADS = ("b_O",)
+# What a component without a layer covers besides its own layers' parameters. Plain "norms" has always frozen
+# ln_final too, and checkpoints saved with freeze ["norms"] must build the model they were trained as; "norms@1"
+# is layer 1's ln1/ln2 only, "ln_final" the final norm alone.
+EVERY_LAYER_ALSO = {"norms": "ln_final"}
+PAIRS = {"qk": ("q", "k")}  # "qk" is "q" and "k" together: canonical lists write the pair as "qk"
 
 
 @dataclass(frozen=True)
@@ -116,18 +130,118 @@ def _entries(name: str, value: Any) -> list[str]:
     return [v.strip() for v in value if v.strip()]
 
 
+@dataclass(frozen=True)
+class FreezeEntry:
+    """One `freeze` entry: a component in every layer ("v"), in one ("v@1"), or one head of one layer ("v@1.h2")."""
+
+    component: str
+    layer: int | None = None
+    head: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "FreezeEntry":
+        """Parse "component[@LAYER[.hHEAD]]"; ranges are checked against a model's shape by `check_shape`."""
+        component, at, scope = text.partition("@")
+        base, dot, after = component.partition(".")
+        _check(at or not dot, f"freeze entry {text!r}: a head needs a layer; write e.g. {base}@0.{after}")
+        _check(component in COMPONENTS, f"freeze entry {text!r}: {component!r} is not one of: {', '.join(COMPONENTS)}")
+        if not at:
+            return cls(component)
+        _check(component in PER_LAYER,
+               f"freeze entry {text!r}: only {', '.join(PER_LAYER)} can be frozen in one layer")
+        layer, dot, head = scope.partition(".")
+        _check(re.fullmatch(r"[0-9]+", layer) is not None,
+               f"freeze entry {text!r}: {layer!r} after '@' is not a layer number; write {component} (every layer) "
+               f"or {component}@LAYER (one layer)")
+        if not dot:
+            return cls(component, int(layer))
+        _check(component in PER_HEAD, f"freeze entry {text!r}: only {', '.join(PER_HEAD)} can be frozen in one head")
+        _check(re.fullmatch(r"h[0-9]+", head) is not None,
+               f"freeze entry {text!r}: head {head!r} is not h followed by a head number, e.g. {component}@{layer}.h0")
+        return cls(component, int(layer), int(head[1:]))
+
+    def __str__(self) -> str:
+        layer = "" if self.layer is None else f"@{self.layer}"
+        return self.component + layer + ("" if self.head is None else f".h{self.head}")
+
+    def check_shape(self, n_layers: int, n_heads: int) -> None:
+        """Refuse a layer or head the model does not have."""
+        _check(self.layer is None or self.layer < n_layers,
+               f"freeze entry {str(self)!r}: layer '{self.layer}' is not one of 0..{n_layers - 1}")
+        _check(self.head is None or self.head < n_heads,
+               f"freeze entry {str(self)!r}: head 'h{self.head}' is not one of h0..h{n_heads - 1}")
+
+    def pattern(self) -> str:
+        """The regex of the parameter names this entry touches (wholly, or a head's slice of them)."""
+        pattern = COMPONENTS[self.component].replace("{layer}", r"\d+" if self.layer is None else str(self.layer))
+        if self.layer is None and self.component in EVERY_LAYER_ALSO:
+            pattern += "|" + COMPONENTS[EVERY_LAYER_ALSO[self.component]]
+        return pattern
+
+    def covers(self, param_name: str) -> bool:
+        """Whether this entry keeps `param_name`, or (a head entry) its slice [head], at init."""
+        if self.head is not None and param_name.rsplit(".", 1)[-1] in SHARED_BY_HEADS:
+            return False
+        return re.fullmatch(self.pattern(), param_name) is not None
+
+    def absorbs(self, other: "FreezeEntry") -> bool:
+        """Whether this entry freezes everything `other` does (and is another entry): "v" absorbs "v@0", "v@0.h1"."""
+        if self == other:
+            return False
+        if self.layer is None and EVERY_LAYER_ALSO.get(self.component) == other.component:
+            return True
+        if self.component != other.component:
+            return False
+        return self.layer is None or (self.layer == other.layer and self.head is None)
+
+    def sort_key(self) -> tuple[int, int, int]:
+        """Component in COMPONENTS' order, then layer, then head; every layer (or head) before one."""
+        return list(COMPONENTS).index(self.component), -1 if self.layer is None else self.layer, \
+            -1 if self.head is None else self.head
+
+
+def canonical_freeze(entries: list[FreezeEntry]) -> list[FreezeEntry]:
+    """One list per set of frozen weights: "qk" split into "q" and "k", duplicates and entries a broader one
+    covers dropped ("v" absorbs "v@0", "norms" absorbs "ln_final"), "q" and "k" of one scope joined back
+    into "qk", sorted by component (COMPONENTS' order), layer, head. Needs no model shape, so a run's
+    name (grid_name) and its model's label agree; entries that together cover every layer are not merged."""
+    split = {FreezeEntry(part, e.layer, e.head) for e in entries for part in PAIRS.get(e.component, (e.component,))}
+    kept = {e for e in split if not any(other.absorbs(e) for other in split)}
+    for pair, (first, second) in PAIRS.items():
+        for e in [e for e in kept if e.component == first]:
+            partner = FreezeEntry(second, e.layer, e.head)
+            if partner in kept:
+                kept -= {e, partner}
+                kept.add(FreezeEntry(pair, e.layer, e.head))
+    return sorted(kept, key=FreezeEntry.sort_key)
+
+
+def _freeze_names(freeze: Any) -> list[str]:
+    """A freeze list as its canonical entries (canonical_freeze), for names and labels; as given if it does not
+    parse (a label is no place to refuse it: ModelConfig does, naming the bad entry)."""
+    entries = _entries("freeze", freeze or [])
+    try:
+        return [str(e) for e in canonical_freeze([FreezeEntry.parse(e) for e in entries])]
+    except ValueError:
+        return entries
+
+
 def grid_label(variant: str, freeze: Any = (), attention: Any = ()) -> str:
-    """'variant', or 'variant [freeze v,o; attention mixing,softmax]' for a grid model."""
-    parts = [f"{name} {','.join(_entries(name, value))}"
-             for name, value in (("freeze", freeze), ("attention", attention)) if _entries(name, value or [])]
+    """'variant', or 'variant [freeze v,o; attention mixing,softmax]' for a grid model (freeze in canonical order)."""
+    parts = [f"{name} {','.join(entries)}"
+             for name, entries in (("freeze", _freeze_names(freeze)), ("attention", _entries("attention", attention or [])))
+             if entries]
     return f"{variant} [{'; '.join(parts)}]" if parts else variant
 
 
 def grid_name(variant: str, freeze: Any = (), attention: Any = ()) -> str:
-    """The variant part of a run directory's name: 'mixit', 'mixit+attn-mixing-softmax', 'standard+freeze-v-o'."""
+    """The variant part of a run directory's name: 'mixit', 'mixit+attn-mixing-softmax', 'standard+freeze-v-o'.
+
+    Freeze entries are canonical and spelled with letters, digits and '_' only: 'v@1' is 'vat1', 'v@1.h2' 'vat1h2'.
+    """
     name = variant
-    if freeze and _entries("freeze", freeze):
-        name += "+freeze-" + "-".join(e.replace("@", "at") for e in _entries("freeze", freeze))
+    if freeze and _freeze_names(freeze):
+        name += "+freeze-" + "-".join(e.replace("@", "at").replace(".", "") for e in _freeze_names(freeze))
     if attention and _entries("attention", attention):
         name += "+attn-" + "-".join(_entries("attention", attention))
     return name
@@ -186,7 +300,8 @@ class ModelConfig:
     # Classifier pooling: "last" real token (the authors' sequence classifier) or "mean" over real tokens.
     pooling: Literal["last", "mean"] = "last"
     # The grid on top of the variant (both empty for the six named variants). `freeze`: components kept
-    # at their init, in all layers ("qk") or one ("qk@1"); see COMPONENTS. `attention`: each layer's
+    # at their init, in all layers ("qk"), one ("qk@1") or one head of one ("qk@1.h2"); see COMPONENTS and
+    # FreezeEntry; stored canonical (canonical_freeze: sorted, each weight once). `attention`: each layer's
     # attention (one entry: every layer), replacing the variant's: softmax, shaped, mixing (MixiT's fixed
     # matrices) or learned (the same matrices, trained: input-independent but learned).
     freeze: list[str] = field(default_factory=list)
@@ -231,16 +346,11 @@ class ModelConfig:
             f"depth_alpha={self.depth_alpha!r} must be a number >= 0",
         )
         _check(self.pooling in ("last", "mean"), f"pooling={self.pooling!r} is not one of: 'last', 'mean'")
-        self.freeze = _entries("freeze", self.freeze)
         self.attention = _entries("attention", self.attention)
-        for entry in self.freeze:
-            component, _, layer = entry.partition("@")
-            _check(component in COMPONENTS, f"freeze entry {entry!r}: {component!r} is not one of: {', '.join(COMPONENTS)}")
-            if layer:
-                _check(component in PER_LAYER,
-                       f"freeze entry {entry!r}: only {', '.join(PER_LAYER)} can be frozen in one layer")
-                _check(layer.isdigit() and int(layer) < self.n_layers,
-                       f"freeze entry {entry!r}: layer {layer!r} is not one of 0..{self.n_layers - 1}")
+        entries = [FreezeEntry.parse(e) for e in _entries("freeze", self.freeze)]
+        for entry in entries:
+            entry.check_shape(self.n_layers, self.n_heads)
+        self.freeze = [str(e) for e in canonical_freeze(entries)]  # one model, one list: its name and label
         for kind in self.attention:
             _check(kind in ATTENTION_KINDS, f"attention={kind!r} is not one of: {', '.join(ATTENTION_KINDS)}")
         _check(len(self.attention) in (0, 1, self.n_layers),
@@ -284,15 +394,23 @@ class ModelConfig:
             return self.spec.attention
         return self.attention[0] if len(self.attention) == 1 else self.attention[layer]
 
+    def freeze_entries(self) -> list[FreezeEntry]:
+        """`freeze`, parsed."""
+        return [FreezeEntry.parse(e) for e in self.freeze]
+
     def is_frozen(self, param_name: str) -> bool:
-        """True if `param_name` keeps its init: frozen by the variant or by a `freeze` entry."""
+        """True if all of `param_name` keeps its init: frozen by the variant, by a `freeze` entry, or in every head."""
         if self.spec.is_frozen(param_name):
             return True
-        for entry in self.freeze:
-            component, _, layer = entry.partition("@")
-            if re.fullmatch(COMPONENTS[component].replace("{layer}", layer or r"\d+"), param_name):
-                return True
-        return False
+        entries = [e for e in self.freeze_entries() if e.covers(param_name)]
+        return any(e.head is None for e in entries) or len({e.head for e in entries}) == self.n_heads
+
+    def frozen_heads(self, param_name: str) -> list[int]:
+        """The heads h whose slice param[h] keeps its init while the rest of `param_name` trains ("v@0.h1");
+        [] if none, or if the whole parameter is frozen (`is_frozen`)."""
+        if self.is_frozen(param_name):
+            return []
+        return sorted({e.head for e in self.freeze_entries() if e.head is not None and e.covers(param_name)})
 
     def parameter_names(self) -> list[str]:
         """The names of the model's parameters (`Transformer.named_parameters()`), from the config alone:
@@ -327,19 +445,17 @@ class ModelConfig:
         silent no-op on a run labelled as frozen), and something must be left to train."""
         names = self.parameter_names()
         trained = [n for n in names if not self.spec.is_frozen(n)]
-        for entry in self.freeze:
-            component, _, layer = entry.partition("@")
-            pattern = COMPONENTS[component].replace("{layer}", layer or r"\d+")
-            if any(re.fullmatch(pattern, n) for n in trained):
+        for entry in self.freeze_entries():
+            if any(entry.covers(n) for n in trained):
                 continue
-            if any(re.fullmatch(pattern, n) for n in names):
+            if any(entry.covers(n) for n in names):
                 reason = f"variant {self.variant} already keeps it at its init"
             else:
-                kinds = sorted({self.layer_attention(i) for i in ([int(layer)] if layer else range(self.n_layers))})
+                layers = [entry.layer] if entry.layer is not None else range(self.n_layers)
+                kinds = sorted({self.layer_attention(i) for i in layers})
                 reason = f"this model has no such parameters (attention {','.join(kinds)}, {self.spec.positions} positions)"
-            applicable = [c for c in COMPONENTS
-                          if any(re.fullmatch(COMPONENTS[c].replace("{layer}", r"\d+"), n) for n in trained)]
-            raise ValueError(f"freeze entry {entry!r} does not apply: {reason}; "
+            applicable = [c for c in COMPONENTS if any(FreezeEntry(c).covers(n) for n in trained)]
+            raise ValueError(f"freeze entry {str(entry)!r} does not apply: {reason}; "
                              f"allowed for this model: {', '.join(applicable)}")
         _check(not self.freeze or any(not self.is_frozen(n) for n in trained),
                f"freeze={','.join(self.freeze)} leaves nothing left to train in variant {self.variant}; "

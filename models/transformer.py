@@ -43,6 +43,7 @@ from transformer_lens.hook_points import HookPoint
 from . import tokenizer as tok
 from .checkpoint import check_state, read_weights, save_model
 from .config import ModelConfig
+from .freeze import apply_freeze, frozen_elements
 from .lens import QK_KINDS, LensCache, LensWeights
 
 
@@ -607,8 +608,7 @@ class Transformer(LensWeights, HookedRootModule):
             self.classifier = Classifier(config)
         self.tokenizer = None  # a tokenizers.Tokenizer for models trained on text (set_tokenizer)
         self._init_weights()
-        for name, param in self.named_parameters():
-            param.requires_grad_(not config.is_frozen(name))
+        apply_freeze(self, config)  # requires_grad, and masks + gradient hooks for frozen heads (models/freeze.py)
         self.setup()  # registers hook points with HookedRootModule
 
     @torch.no_grad()
@@ -798,10 +798,11 @@ class Transformer(LensWeights, HookedRootModule):
 
     # ----------------------------------------------------------------- bookkeeping
     def parameter_counts(self) -> dict[str, int]:
-        """Trainable, frozen and total parameter counts (buffers such as mixing matrices excluded)."""
-        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        """Trainable, frozen and total parameter counts (buffers such as mixing matrices excluded); a frozen
+        head's slice of a trained parameter counts as frozen."""
+        frozen = sum(frozen_elements(self, name, p) for name, p in self.named_parameters())
         total = sum(p.numel() for p in self.parameters())
-        return {"trainable": trainable, "frozen": total - trainable, "total": total}
+        return {"trainable": total - frozen, "frozen": frozen, "total": total}
 
     def parameter_table(self) -> list[dict[str, object]]:
         """Per-component parameter counts: embed, pos_embed, attn_qk, attn_vo, attn_mix (learned input-independent
@@ -810,7 +811,9 @@ class Transformer(LensWeights, HookedRootModule):
         for name, param in self.named_parameters():
             comp = component_of(name)
             row = rows.setdefault(comp, {"trainable": 0, "frozen": 0})
-            row["trainable" if param.requires_grad else "frozen"] += param.numel()
+            frozen = frozen_elements(self, name, param)  # a frozen head's slice counts as frozen
+            row["frozen"] += frozen
+            row["trainable"] += param.numel() - frozen
         return [{"component": c, **r} for c, r in rows.items()]
 
     def _apply(self, fn, *args, **kwargs):

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
 from models.files import recover_directory, remove_leftovers
+from models.freeze import hold_frozen_slices
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import Transformer, derive_seed
 
@@ -715,6 +716,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
 
     step, elapsed_before, best_acc, window = _start_or_resume(cfg, out, resume, task, model, model_cfg, optimizer,
                                                               stream, argv, ranks)
+    hold_frozen_slices(model, optimizer)  # frozen heads ("v@0.h1") keep the values just loaded through every step
     forward = torch.compile(model) if cfg.compile else model
     if ranks.size > 1:
         from torch.nn.parallel import DistributedDataParallel
