@@ -185,7 +185,7 @@ def pattern_figure(pattern: np.ndarray, labels: list[str], title: str, colors: d
 
 def example_picker(model, task, key: str) -> ex.Example | None:
     """An input: a sample of the task's eval set, typed token ids, or text (models trained on text)."""
-    has_text = getattr(model, "tokenizer", None) is not None
+    has_text = ex.takes_text(model)  # not a task's vocabulary (algorithmic checkpoints carry one too)
     sources = (["Text"] if has_text else []) + (["Eval sample"] if task is not None else []) + ["Token ids"]
     source = st.radio("Input", sources, horizontal=True, key=f"{key}_source")
     try:
@@ -582,17 +582,19 @@ def per_run_tables(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]
 
 
 def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
-    """Head-level activation patching (analysis.patching) of the chosen retrieval / 1-hop k-hop runs: how much
-    of the answer each head's clean output restores in a corrupted run, as a layer x head heatmap."""
+    """Head-level activation patching (analysis.patching) of the chosen retrieval / 1-hop k-hop runs and runs of
+    tasks with their own patching_pairs: how much of the answer each head's clean output restores in a corrupted
+    run, as a layer x head heatmap."""
     patchable = {run: step for run, step in chosen.items()
-                 if runs[runs["run"] == run].iloc[0]["task"] in ("retrieval", "khop")}
+                 if ex.can_patch_run(root, runs[runs["run"] == run].iloc[0]["path"])}
     tables, notes = per_run_tables(root, runs, patchable, computed_patching, "patching")
     grids = {run: ex.patching_grid(table) for run, table in tables.items()}
     if not grids:
         return
     st.subheader("Activation patching: which heads carry the answer")
     st.caption("Each head's output is copied from a clean input into a corrupted one that differs only in the answer "
-               "(retrieval: the queried value; k-hop: the letter after the previous occurrence), with "
+               "(retrieval: the queried value; k-hop: the letter after the previous occurrence; your own task: its "
+               "patching_pairs), with "
                "TransformerLens's patching. 1 = the clean logit difference restored, 0 = none.")
     for note in notes:
         st.caption(note)

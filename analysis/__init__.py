@@ -1,10 +1,13 @@
-"""Analysis of models and checkpoints. Every function returns pandas DataFrames.
+"""Analysis of models and checkpoints. Every function returns pandas DataFrames, and takes a model or a run
+directory (a path).
 
     from analysis.heads import head_scores            # per head: induction, previous/duplicate/current/first-token, copying, label
     from analysis.attention import attention_stats    # per head: entropy, distance, sink/diagonal mass, rank, input dependence
     from analysis.memory import memorized_bits        # accuracy, memorized bits, bits per trainable / total parameter
     from analysis.signal import signal_propagation    # per variant x width x depth x layer: token cosine and covariance
-    from analysis.ablation import head_ablation       # per head: loss / accuracy change when it is ablated
+    from analysis.ablation import head_ablation       # per head: loss / accuracy (or your metric) when it is ablated
+    from analysis.patching import patch_heads         # per head: how much patching it from a clean run restores
+    from analysis.components import component_effects # per layer, MLP and head: attribution and ablation
 
 `mixit analyze CHECKPOINT...` (analysis.analyze.analyze_checkpoint) runs all that apply to a checkpoint and caches the
 results by the checkpoint's hash. Submodules are imported on use, so `import analysis` is cheap.

@@ -5,6 +5,9 @@
     ablate_heads(model, tokens, mask, task.metric, heads=[(1, 0)], method="zero")   # {"loss", "accuracy"}
     df = head_ablation(model, tokens, mask, task.metric)                            # every head, ranked
     result = head_ablation_result(model, tokens, mask, task.metric)                 # the same as a HeadAblation
+    head_ablation(model, tokens, metric=lambda logits: logits[:, -1, 3].mean())     # any metric of the logits
+
+`model` may also be a run directory or checkpoint path (loaded with `models.load_model`).
 
 A head is ablated by a forward hook on `blocks.{l}.attn.hook_z` ([batch, pos, head_index, d_head],
 the head's output before W_O), replacing its slice z[:, :, h]:
@@ -17,31 +20,50 @@ Loss and accuracy are `training.trainer.evaluate` on the given set: mean cross-e
 over the masked target tokens, and "sequence" (every target of a row right) or "token" accuracy.
 For a classifier (a model with `classify`, e.g. trained on `sentiment`) pass the class `labels`:
 `mask` then marks the real tokens (it is the attention mask), and loss and accuracy are per row.
+
+`metric` may instead be a callable, TransformerLens style: logits of all N rows at once ([N, pos, d_vocab],
+or [N, n_classes] for a classifier, run with `mask` as its attention mask) -> a scalar tensor, such as a
+logit difference. The table then has the columns `METRIC_COLUMNS`: the metric with the head ablated, its
+change from the intact model, and the rank by drop (rank 1 = the largest decrease: metrics where higher is
+better, as TransformerLens's logit differences; negate a metric where lower is better). `mask` is optional then.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Union
 
 import pandas as pd
 import torch
 
 from training.trainer import evaluate
 
-from .common import cached_batches, check_positive_int
+from .common import ModelOrPath, as_model, cached_batches, check_positive_int, model_device
 
 METHODS = ("zero", "mean")
 COLUMNS = ["layer", "head", "loss", "accuracy", "delta_loss", "delta_accuracy", "rank"]
+METRIC_COLUMNS = ["layer", "head", "metric", "delta_metric", "rank"]  # with a callable metric
+
+Metric = Callable[[torch.Tensor], torch.Tensor]  # logits -> scalar tensor (TransformerLens style)
+MetricArg = Union[str, Metric]
 
 
 def _z_hook(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
 
 
-def _check_inputs(model, tokens, mask, metric: str, method: str, labels=None) -> None:
+def _check_inputs(model, tokens, mask, metric: MetricArg, method: str, labels=None) -> None:
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not one of: {', '.join(METHODS)}")
+    if callable(metric):
+        if labels is not None:
+            raise ValueError("labels are for the loss/accuracy metrics; a callable metric reads the logits itself")
+        if tokens.ndim != 2 or (mask is not None and tokens.shape != mask.shape):
+            raise ValueError(f"tokens (and mask, if given) must be [N, pos]; got {tuple(tokens.shape)} and "
+                             f"{None if mask is None else tuple(mask.shape)}")
+        return
+    if mask is None:
+        raise ValueError(f"metric={metric!r} needs the mask of the target tokens; only a callable metric goes without")
     if tokens.ndim != 2 or tokens.shape != mask.shape:
         raise ValueError(f"tokens and mask must both be [N, pos]; got {tuple(tokens.shape)} and {tuple(mask.shape)}")
     if labels is not None:
@@ -53,7 +75,7 @@ def _check_inputs(model, tokens, mask, metric: str, method: str, labels=None) ->
     if not hasattr(model, "unembed"):
         raise ValueError("this model has no unembedding: pass the class labels of a classification task")
     if metric not in ("sequence", "token"):
-        raise ValueError(f"metric={metric!r} is not one of: sequence, token")
+        raise ValueError(f"metric={metric!r} is not one of: sequence, token, or a callable of the logits")
     if not mask[:, 1:].any():
         raise ValueError("mask marks no target tokens")
 
@@ -72,12 +94,13 @@ def _check_heads(model, heads: Iterable[tuple[int, int]]) -> list[tuple[int, int
 
 @torch.no_grad()
 def mean_z(
-    model, tokens: torch.Tensor, batch_size: int = 512, attention_mask: torch.Tensor | None = None
+    model: ModelOrPath, tokens: torch.Tensor, batch_size: int = 512, attention_mask: torch.Tensor | None = None
 ) -> dict[int, torch.Tensor]:
     """layer -> mean of hook_z over the batch, [pos, head_index, d_head], on the model's device.
 
     attention_mask [N, pos] (1 = real token) is passed to the model, as a classifier is run.
     """
+    model = as_model(model)
     names = [_z_hook(layer) for layer in range(model.cfg.n_layers)]
     sums: dict[int, torch.Tensor] = {}
     for _, _, cache in cached_batches(model, tokens, names, batch_size, attention_mask=attention_mask):
@@ -107,11 +130,45 @@ def _ablation_hooks(heads: list[tuple[int, int]], method: str, means: dict[int, 
     return hooks
 
 
+def _is_classifier(model) -> bool:
+    return getattr(getattr(model, "config", None), "n_classes", None) is not None
+
+
+@torch.no_grad()
+def _metric_value(model, tokens: torch.Tensor, mask: torch.Tensor | None, metric: Metric) -> float:
+    """`metric` on the model's logits of all rows at once (a classifier gets `mask` as its attention mask)."""
+    device = model_device(model)
+    kwargs = {"attention_mask": mask.to(device)} if mask is not None and _is_classifier(model) else {}
+    was_training = model.training
+    model.eval()
+    try:
+        value = metric(model(tokens.to(device), **kwargs))
+    finally:
+        model.train(was_training)
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        raise ValueError(f"the metric must return a scalar tensor; it returned {type(value).__name__} "
+                         f"of shape {tuple(getattr(value, 'shape', ()))}")
+    return float(value)
+
+
+def _measure(model, tokens, mask, metric: MetricArg, labels, batch_size: int) -> dict[str, float]:
+    """{"loss", "accuracy"} for a string metric (`training.trainer.evaluate`), {"metric"} for a callable one."""
+    if callable(metric):
+        return {"metric": _metric_value(model, tokens, mask, metric)}
+    result = evaluate(model, tokens, mask, metric, batch_size, labels=labels)
+    return {"loss": result["eval_loss"], "accuracy": result["eval_acc"]}
+
+
+def _attention_mask(model, mask: torch.Tensor | None, labels) -> torch.Tensor | None:
+    """The mask the model runs with when the means are taken: a classifier's padding mask, else none."""
+    return mask if labels is not None or (mask is not None and _is_classifier(model)) else None
+
+
 def ablate_heads(
-    model,
+    model: ModelOrPath,
     tokens: torch.Tensor,
-    mask: torch.Tensor,
-    metric: str,
+    mask: torch.Tensor | None,
+    metric: MetricArg,
     heads: Iterable[tuple[int, int]],
     method: str = "mean",
     *,
@@ -121,43 +178,47 @@ def ablate_heads(
 ) -> dict[str, float]:
     """Loss (nats per target token, or per row with labels) and accuracy with `heads` [(layer, head), ...] ablated together.
 
-    tokens int64 / mask bool [N, pos] as the tasks produce them; metric "sequence" or "token";
-    labels int64 [N] for a classifier. `means` (from `mean_z` on the same tokens) is computed
-    when needed and not given.
+    tokens int64 / mask bool [N, pos] as the tasks produce them; metric "sequence" or "token" (or a
+    callable of the logits: then {"metric": value}, and mask is optional); labels int64 [N] for a
+    classifier. `means` (from `mean_z` on the same tokens) is computed when needed and not given.
     """
+    model = as_model(model)
     _check_inputs(model, tokens, mask, metric, method, labels)
     heads = _check_heads(model, heads)
     check_positive_int("batch_size", batch_size)
     if method == "mean" and means is None:
-        means = mean_z(model, tokens, batch_size, attention_mask=mask if labels is not None else None)
+        means = mean_z(model, tokens, batch_size, attention_mask=_attention_mask(model, mask, labels))
     with model.hooks(fwd_hooks=_ablation_hooks(heads, method, means)):
-        result = evaluate(model, tokens, mask, metric, batch_size, labels=labels)
-    return {"loss": result["eval_loss"], "accuracy": result["eval_acc"]}
+        return _measure(model, tokens, mask, metric, labels, batch_size)
 
 
 @dataclass
 class HeadAblation:
     """What `head_ablation_result` measures: the ranked per-head table and the intact model's baseline."""
 
-    table: pd.DataFrame  # one row per (layer, head), columns COLUMNS, sorted by rank
-    baseline_loss: float
-    baseline_accuracy: float
+    table: pd.DataFrame  # one row per (layer, head), columns COLUMNS (METRIC_COLUMNS for a callable), sorted by rank
+    baseline_loss: float | None  # None with a callable metric
+    baseline_accuracy: float | None
     method: str
     n_examples: int
+    baseline_metric: float | None = None  # the callable metric on the intact model
 
     def frame(self) -> pd.DataFrame:
         """The table with the baseline in `attrs`, as `head_ablation` returns it."""
         df = self.table.copy()
-        df.attrs.update(baseline_loss=self.baseline_loss, baseline_accuracy=self.baseline_accuracy,
-                        method=self.method, n_examples=self.n_examples)
+        if self.baseline_metric is None:
+            df.attrs.update(baseline_loss=self.baseline_loss, baseline_accuracy=self.baseline_accuracy)
+        else:
+            df.attrs.update(baseline_metric=self.baseline_metric)
+        df.attrs.update(method=self.method, n_examples=self.n_examples)
         return df
 
 
 def head_ablation(
-    model,
+    model: ModelOrPath,
     tokens: torch.Tensor,
-    mask: torch.Tensor,
-    metric: str,
+    mask: torch.Tensor | None = None,
+    metric: MetricArg | None = None,
     method: str = "mean",
     *,
     labels: torch.Tensor | None = None,
@@ -168,42 +229,45 @@ def head_ablation(
     Returns a DataFrame with one row per (layer, head): layer, head, loss, accuracy, delta_loss
     (ablated minus intact, nats), delta_accuracy, rank; sorted by rank. `attrs` holds the intact
     model's "baseline_loss" / "baseline_accuracy", "method" and "n_examples"; `head_ablation_result`
-    returns them as fields.
+    returns them as fields. With a callable `metric` (module docstring): columns `METRIC_COLUMNS`,
+    ranked by the metric's drop, and "baseline_metric" in `attrs`. `model` may be a run directory.
     """
     return head_ablation_result(model, tokens, mask, metric, method, labels=labels, batch_size=batch_size).frame()
 
 
 def head_ablation_result(
-    model,
+    model: ModelOrPath,
     tokens: torch.Tensor,
-    mask: torch.Tensor,
-    metric: str,
+    mask: torch.Tensor | None = None,
+    metric: MetricArg | None = None,
     method: str = "mean",
     *,
     labels: torch.Tensor | None = None,
     batch_size: int = 512,
 ) -> HeadAblation:
     """`head_ablation` as a `HeadAblation`: the same table, the baseline as typed fields."""
+    model = as_model(model)
+    if metric is None:
+        raise ValueError("head_ablation needs a metric: 'sequence', 'token' (with mask) or a callable of the logits")
     _check_inputs(model, tokens, mask, metric, method, labels)
     check_positive_int("batch_size", batch_size)
-    base = evaluate(model, tokens, mask, metric, batch_size, labels=labels)
-    attention_mask = mask if labels is not None else None
-    means = mean_z(model, tokens, batch_size, attention_mask) if method == "mean" else None
+    base = _measure(model, tokens, mask, metric, labels, batch_size)
+    means = mean_z(model, tokens, batch_size, _attention_mask(model, mask, labels)) if method == "mean" else None
     rows = []
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
             r = ablate_heads(model, tokens, mask, metric, [(layer, head)], method, labels=labels, means=means,
                              batch_size=batch_size)
-            rows.append({
-                "layer": layer, "head": head, "loss": r["loss"], "accuracy": r["accuracy"],
-                "delta_loss": r["loss"] - base["eval_loss"], "delta_accuracy": r["accuracy"] - base["eval_acc"],
-            })
+            rows.append({"layer": layer, "head": head, **r, **{f"delta_{k}": v - base[k] for k, v in r.items()}})
     df = pd.DataFrame(rows)
-    df["rank"] = df["delta_loss"].rank(ascending=False, method="first").astype(int)
+    # Rank 1 = most needed: the largest loss increase, or the largest drop of a callable metric.
+    key, ascending = ("delta_metric", True) if callable(metric) else ("delta_loss", False)
+    df["rank"] = df[key].rank(ascending=ascending, method="first").astype(int)
     return HeadAblation(
-        table=df.sort_values("rank").reset_index(drop=True)[COLUMNS],
-        baseline_loss=base["eval_loss"],
-        baseline_accuracy=base["eval_acc"],
+        table=df.sort_values("rank").reset_index(drop=True)[METRIC_COLUMNS if callable(metric) else COLUMNS],
+        baseline_loss=base.get("loss"),
+        baseline_accuracy=base.get("accuracy"),
         method=method,
         n_examples=int(tokens.shape[0]),
+        baseline_metric=base.get("metric"),
     )

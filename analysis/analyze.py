@@ -248,8 +248,11 @@ def _patching_applies(ctx: AnalysisContext) -> str | None:
 
     if ctx.task is None:
         return ctx.task_note
+    if callable(getattr(ctx.task, "patching_pairs", None)):  # a task of one's own that builds its own pairs
+        return None
     if ctx.task.name not in PATCHABLE or getattr(ctx.task, "hops", 1) != 1:
-        return f"activation patching applies to retrieval and 1-hop k-hop, not {ctx.task.name!r}"
+        return (f"activation patching applies to retrieval, 1-hop k-hop and tasks with a patching_pairs method, "
+                f"not {ctx.task.name!r}")
     if ctx.task.name == "khop" and ctx.task.alphabet < 4:
         # The corrupted letter must differ from the source letter and both its neighbours.
         return f"k-hop patching needs an alphabet of at least 4 letters, not {ctx.task.alphabet}"
@@ -259,7 +262,8 @@ def _patching_applies(ctx: AnalysisContext) -> str | None:
 def _patching(ctx: AnalysisContext) -> AnalysisResult:
     from .patching import head_patching
 
-    df = head_patching(ctx.model, ctx.task, n=min(ctx.options.eval_samples, 128), seed=ctx.options.seed)
+    n = min(ctx.options.eval_samples, 128)
+    df = head_patching(ctx.model, ctx.task, n=n, seed=ctx.options.seed)  # a task's own patching_pairs, if it has one
     top = df.sort_values("restored", ascending=False).head(3)
     return AnalysisResult({"patching": df}, {
         "clean_logit_diff": df.attrs["clean_logit_diff"],
@@ -383,17 +387,23 @@ def _is_replaceable(out_dir: Path) -> bool:
 def _load_task(ref, model) -> tuple[Any, str | None]:
     """(task, None) for a run whose task can be rebuilt and fits the model, else (None, reason).
 
-    The task is rebuilt from the run's training config, as `training.train` builds it (text tasks
-    reuse the run's token cache); a text corpus that changed since training is refused.
+    The task is rebuilt from the run's run.json by `training.run_task`, as `training.train` built it (text
+    tasks reuse the run's token cache; a researcher's own task is imported from its recorded import path);
+    a text corpus that changed since training is refused.
     """
-    from training import TrainConfig
-    from training.rundir import DATA_CACHE_DIR
+    import warnings
+
+    from training import run_task
+    from training.tasks import TaskImportError
 
     info = ref.run_info()
     if info is None:
         return None, "bare checkpoint (no run.json): task-specific analyses skipped"
     try:
-        task = TrainConfig.from_dict(info["train"]).build_task(ref.run_dir.parent / DATA_CACHE_DIR)
+        task = run_task(ref.run_dir, info)
+    except TaskImportError as e:  # a task of one's own whose module is not importable here: say so, not only skip
+        warnings.warn(f"{e}; task-specific analyses skipped", stacklevel=2)
+        return None, f"task of this run cannot be rebuilt ({e})"
     except (KeyError, TypeError, ValueError, OSError) as e:
         return None, f"task of this run cannot be rebuilt ({e})"
     saved = (info.get("task") or {}).get("data_fingerprint")

@@ -35,7 +35,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .common import cached_batches, layer_attention_kinds, check_positive_int, is_causal, pattern_hook, random_tokens
+from .common import (
+    ModelOrPath, as_model, cached_batches, check_positive_int, is_causal, layer_attention_kinds, pattern_hook, random_tokens,
+)
 
 STATS = (
     "entropy",
@@ -134,11 +136,12 @@ def _iter_patterns(model, tokens: torch.Tensor, batch_size: int):
             yield layer, cache[name]
 
 
-def input_dependence(model, tokens: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
+def input_dependence(model: ModelOrPath, tokens: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
     """float64 [n_layers, n_heads]: variance of hook_pattern across the inputs `tokens` [batch, pos].
 
     Always runs the model (also for MixiT), so it checks what the model actually does.
     """
+    model = as_model(model)
     _check_tokens(model, tokens)
     check_positive_int("batch_size", batch_size)
     variances = [_Variance() for _ in range(model.cfg.n_layers)]
@@ -150,7 +153,7 @@ def input_dependence(model, tokens: torch.Tensor, batch_size: int = 32) -> torch
 
 @torch.no_grad()
 def attention_stats(
-    model,
+    model: ModelOrPath,
     tokens: torch.Tensor | None = None,
     *,
     n_seqs: int = 64,
@@ -161,7 +164,8 @@ def attention_stats(
     """Per-head attention statistics (module docstring) on `tokens`, or on random tokens.
 
     Args:
-        model: a models.Transformer (any variant); it stays on its device.
+        model: a models.Transformer (any variant); it stays on its device. Or a run directory /
+            checkpoint path, loaded with `models.load_model`.
         tokens: int64 [batch, pos] with pos <= n_ctx, e.g. a task's eval set; default
             `n_seqs` random sequences of n_ctx tokens (seed `seed`).
         batch_size: sequences per forward pass.
@@ -172,6 +176,7 @@ def attention_stats(
         DataFrame, one row per (layer, head), columns `COLUMNS`; `source` says whether the
         patterns came from the model's hook_pattern ("pattern") or from the buffers ("buffer").
     """
+    model = as_model(model)
     check_positive_int("batch_size", batch_size)
     if tokens is None:
         check_positive_int("n_seqs", n_seqs)

@@ -7,12 +7,52 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
 import torch
 
 from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from training.rundir import CheckpointRef, find_checkpoint  # noqa: F401  (where analyses find their inputs)
+
+if TYPE_CHECKING:
+    from training.tasks import Task
+
+# What every analysis takes as its model: the model itself, or a run directory / checkpoint folder to load.
+ModelOrPath = Union[torch.nn.Module, str, Path]
+
+
+def as_model(model: ModelOrPath) -> torch.nn.Module:
+    """`model` itself, or the model loaded (`models.load_model`) from a run directory or checkpoint path."""
+    if isinstance(model, (str, Path)):
+        from models import load_model
+
+        return load_model(model)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model={model!r} is neither a model nor a run directory / checkpoint path (str or Path)")
+    return model
+
+
+def run_task(path: str | Path) -> "Task":
+    """The task a run was trained on, rebuilt from its run.json as `mixit train` built it.
+
+    Through `training.run_task`, the one place a run's task is rebuilt (a task of one's own is imported
+    from the path run.json records). ValueError for a bare checkpoint (no run.json): such a model needs
+    its task passed explicitly.
+    """
+    from training import run_task as rebuild
+
+    ref = find_checkpoint(path)
+    info = ref.run_info()
+    if info is None:
+        raise ValueError(f"{path} is a bare checkpoint (no run.json), so its task is unknown; pass the task")
+    return rebuild(ref.run_dir, info)
+
+
+def model_and_task(model: ModelOrPath, task: "Task | None") -> tuple[torch.nn.Module, "Task | None"]:
+    """(model, task): a path loads the model and, when `task` is None, rebuilds the run's task (`run_task`)."""
+    if isinstance(model, (str, Path)) and task is None:
+        task = run_task(model)
+    return as_model(model), task
 
 
 def check_positive_int(name: str, value: Any, lo: int = 1) -> int:

@@ -47,7 +47,7 @@ import torch
 
 from training.trainer import evaluate
 
-from .common import check_positive_int, model_device
+from .common import ModelOrPath, as_model, check_positive_int, model_device
 
 METHODS = ("mean", "resample")
 COLUMNS = [
@@ -81,7 +81,7 @@ def _check(model, tokens: torch.Tensor, mask: torch.Tensor, metric: str) -> None
 
 # --------------------------------------------------------------------------- attribution
 @torch.no_grad()
-def logit_attribution(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[pd.DataFrame, float]:
+def logit_attribution(model: ModelOrPath, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[pd.DataFrame, float]:
     """Each component's mean part of the answer's logit difference, and the mean total.
 
     tokens int64 / mask bool [N, pos] as the tasks give them (mask marks answer tokens; the logits at
@@ -90,6 +90,7 @@ def logit_attribution(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[
     layer and every head; an attn row includes its bias b_O, its heads do not) and the mean logit
     difference over answer tokens, which the attn, mlp, embedding and bias rows sum to.
     """
+    model = as_model(model)
     cfg, config = model.cfg, model.config
     n_layers = cfg.n_layers
     names = ["hook_embed", "ln_final.hook_scale"] + [_out_hook(k, l) for l in range(n_layers) for k in ("attn", "mlp")]
@@ -212,6 +213,10 @@ class ComponentEffects:
     baseline_bits: float | None = None  # memorize task: memorized_bits of the intact model
     max_bits: float | None = None
 
+    def frame(self) -> pd.DataFrame:
+        """The table (`COLUMNS`): one row per component, as the other analyses' typed results give theirs."""
+        return self.table
+
     def summary(self) -> dict[str, Any]:
         """Attention against MLP: the all-at-once ablations and the summed attribution shares."""
         t = self.table
@@ -236,7 +241,7 @@ class ComponentEffects:
 
 
 def component_effects(
-    model,
+    model: ModelOrPath,
     tokens: torch.Tensor,
     mask: torch.Tensor,
     metric: str,
@@ -253,7 +258,9 @@ def component_effects(
     `training.trainer.evaluate` takes them. `memorize_task` (a `memorize` task) adds memorized bits on its
     full key set with each component mean-ablated (means over `tokens`). `seed` picks the resample
     derangement. Ablated runs see all N rows at once (resampling pairs rows across the whole set).
+    `model` may be a run directory or checkpoint path.
     """
+    model = as_model(model)
     _check(model, tokens, mask, metric)
     check_positive_int("batch_size", batch_size)
     n = tokens.shape[0]

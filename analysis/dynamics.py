@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 
 from models import load_model
-from training import TrainConfig
-from training.rundir import DATA_CACHE_DIR, kept_checkpoints, read_metric_records, read_run_info
+from training import TrainConfig, run_task
+from training.rundir import kept_checkpoints, read_metric_records, read_run_info
 
 from .heads import head_scores_result, task_induction_result
 
@@ -39,8 +39,9 @@ def checkpoint_dynamics(run_dir: str | Path, n_seqs: int = 32, seq_len: int = 32
     kept = kept_checkpoints(run_dir)
     if not kept:
         return pd.DataFrame(columns=COLUMNS)
-    cfg = TrainConfig.from_dict(read_run_info(run_dir)["train"])
-    task = cfg.build_task(run_dir.parent / DATA_CACHE_DIR)
+    info = read_run_info(run_dir)
+    cfg = TrainConfig.from_dict(info["train"])
+    task = run_task(run_dir, info)
     aligned_inputs = task.eval_set(min(n_seqs, task.default_eval_size))[0] if hasattr(task, "answer_sources") else None
     rows = []
     for step, path in kept:

@@ -236,35 +236,43 @@ def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
 
 
 @lru_cache(maxsize=32)
-def _task(name: str, params_json: str):
-    from training import get_task
+def _task(run_dir: str, info_json: str):
+    from training import run_task as rebuild
 
-    return get_task(name, **json.loads(params_json))
+    return rebuild(run_dir, json.loads(info_json))
 
 
 def run_task(root: Path, run_dir: str | Path):
-    """The run's algorithmic task, rebuilt from run.json; None for text tasks (their corpus lies
-    outside the runs directory, so their input is typed text instead)."""
-    train = read_run_info(root, run_dir)["train"]
-    if _task_class(train["task"]).needs_corpus:  # its corpus lies outside the runs directory
+    """The run's algorithmic task, rebuilt from run.json (training.run_task); None for text tasks (their
+    corpus lies outside the runs directory, so their input is typed text instead)."""
+    info = read_run_info(root, run_dir)
+    if _task_class(info).needs_corpus:  # its corpus lies outside the runs directory
         return None
-    return _task(train["task"], json.dumps(train.get("task_params") or {}, sort_keys=True))
+    return _task(str(inside(root, run_dir)), json.dumps(info, sort_keys=True))
+
+
+def can_patch_run(root: Path, run_dir: str | Path) -> bool:
+    """Whether head patching applies to a run's task (analysis.patching.can_patch), by its class."""
+    from .patching import can_patch
+
+    return can_patch(_task_class(read_run_info(root, run_dir)))
 
 
 def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
     """Class names of a classification run (sentiment), else None."""
-    train = read_run_info(root, run_dir)["train"]
-    cls = _task_class(train["task"])
+    info = read_run_info(root, run_dir)
+    cls = _task_class(info)
     if not cls.is_classifier():
         return None
-    return [str(c) for c in (train.get("task_params") or {}).get("classes") or cls.default_classes]
+    return [str(c) for c in (info["train"].get("task_params") or {}).get("classes") or cls.default_classes]
 
 
-def _task_class(name: str):
-    """The task class of a run's task name; the base Task (no corpus, not a classifier) for an unknown one."""
-    from training.tasks import TASKS, Task
+def _task_class(info: dict):
+    """The task class of a run (its run.json contents); the base Task (no corpus, not a classifier) for one
+    that cannot be found."""
+    from training.run import run_task_class
 
-    return TASKS.get(name, Task)
+    return run_task_class(info)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -288,7 +296,8 @@ def _visible(token: str) -> str:
 
 
 def token_labels(ids: list[int], model=None, task=None) -> list[str]:
-    """Display strings of token ids: the text tokenizer's, else the task's vocabulary, else the ids."""
+    """Display strings of token ids: the model's tokenizer's (text, or its task's vocabulary), else the task's
+    vocabulary, else the ids."""
     if model is not None and getattr(model, "tokenizer", None) is not None:
         return [_visible(t) for t in model.to_str_tokens(torch.tensor(ids, dtype=torch.int64))]
     if task is not None:
@@ -330,10 +339,19 @@ def ids_example(text: str, model, task=None) -> Example:
     return Example(tokens, token_labels(tokens.tolist(), model, task), "token ids")
 
 
+def takes_text(model) -> bool:
+    """Whether the model reads typed text: it carries a text tokenizer (lm, sentiment), not a task's vocabulary."""
+    from models.tokenizer import is_task_tokenizer
+
+    tokenizer = getattr(model, "tokenizer", None)
+    return tokenizer is not None and not is_task_tokenizer(tokenizer)
+
+
 def text_example(model, text: str) -> Example:
     """Text tokenized as in training (with <|endoftext|> first), cut to n_ctx tokens."""
-    if getattr(model, "tokenizer", None) is None:
-        raise ValueError("this model was not trained on text (it has no tokenizer); give token ids instead")
+    if not takes_text(model):
+        raise ValueError("this model was not trained on text (it has no tokenizer for text, at most its task's "
+                         "vocabulary); give token ids instead")
     if not text:
         raise ValueError("no text given")
     tokens = model.to_tokens(text, move_to_device=False)[0]
@@ -369,10 +387,22 @@ def head_kinds(model) -> list[list[str]]:
         elif kind == "shaped":
             row = ["shaped: I + softmax - C"] * cfg.n_heads
         else:
-            W_Q = model.blocks[layer].attn.W_Q
-            row = ["softmax" if W_Q.requires_grad else "softmax, frozen Q/K"] * cfg.n_heads
+            row = [_softmax_head_kind(model, layer, head) for head in range(cfg.n_heads)]
         rows.append(row)
     return rows
+
+
+def _softmax_head_kind(model, layer: int, head: int) -> str:
+    """'softmax', or 'softmax, frozen Q/K' / 'frozen Q' / 'frozen K' when that head's query or key weights keep
+    their init (a frozen_qk model, a q or k freeze, or a head freeze such as qk@1.h2: models.freeze)."""
+    masks = getattr(model, "frozen_masks", {})
+    frozen = []
+    for part in ("Q", "K"):
+        name = f"blocks.{layer}.attn.W_{part}"
+        param = model.get_parameter(name)
+        if not param.requires_grad or (name in masks and bool(masks[name][head].all())):
+            frozen.append(part)
+    return "softmax" if not frozen else f"softmax, frozen {'/'.join(frozen)}"
 
 
 def has_sink_head(model) -> bool:
@@ -428,7 +458,8 @@ def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tu
     if task is None:
         task = run_task(root, run_dir)
     if task is None:
-        raise ValueError("activation patching applies to retrieval and 1-hop k-hop runs, not to text tasks")
+        raise ValueError("activation patching applies to retrieval, 1-hop k-hop and tasks with patching_pairs, "
+                         "not to text tasks")
     return head_patching(model, task, n=64), "computed now on 64 clean/corrupted pairs"
 
 

@@ -80,7 +80,9 @@ import torch
 import torch.nn.functional as F
 from transformer_lens import FactoredMatrix
 
-from .common import cached_batches, check_positive_int, is_causal, pattern_hook, random_tokens
+from .common import (
+    ModelOrPath, as_model, cached_batches, check_positive_int, is_causal, model_and_task, pattern_hook, random_tokens,
+)
 
 SCORES = ("induction", "previous_token", "duplicate_token", "current_token", "first_token")
 # Order = priority: a head that passes several thresholds gets the first label.
@@ -149,11 +151,12 @@ def chance_scores(tokens: torch.Tensor, causal: bool = True) -> dict[str, float]
 
 
 @torch.no_grad()
-def copying_scores(model) -> torch.Tensor:
+def copying_scores(model: ModelOrPath) -> torch.Tensor:
     """float64 [n_layers, n_heads]: sum(eig) / sum(|eig|) of W_E W_V W_O W_U per head (NaN if undefined).
 
     RMSNorm weights ln1.w and ln_final.w are folded into W_V and W_U; see the module docstring.
     """
+    model = as_model(model)
     cfg = model.cfg
     if not hasattr(model, "unembed"):
         return torch.full((cfg.n_layers, cfg.n_heads), math.nan, dtype=torch.float64)
@@ -262,13 +265,14 @@ class HeadScores:
 
 
 def head_scores(
-    model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
+    model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
 ) -> pd.DataFrame:
     """Scores of every head on `n_seqs` repeated random sequences [r, r], r of `seq_len` tokens.
 
     Args:
         model: a models.Transformer (any variant) or another HookedRootModule with TransformerLens
-            hook names and weight layout; it stays on its device (`model.cfg.device`).
+            hook names and weight layout; it stays on its device (`model.cfg.device`). Or a run
+            directory / checkpoint path, loaded with `models.load_model`.
         n_seqs, seq_len, seed: the probe sequences (`repeated_tokens(model.cfg.d_vocab, ...)`);
             2 * seq_len must fit in the model's n_ctx.
         batch_size: sequences per forward pass.
@@ -285,9 +289,10 @@ def head_scores(
 
 
 def head_scores_result(
-    model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
+    model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
 ) -> HeadScores:
     """`head_scores` as a `HeadScores`: the same table, the scalars as typed fields."""
+    model = as_model(model)
     check_positive_int("n_seqs", n_seqs)
     check_positive_int("seq_len", seq_len, 2)
     check_positive_int("batch_size", batch_size)
@@ -314,13 +319,14 @@ def head_scores_result(
     )
 
 
-def in_context_loss(model, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64) -> pd.DataFrame:
+def in_context_loss(model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64) -> pd.DataFrame:
     """Mean next-token loss (nats) at each target position of [r, r]: columns position, half, loss.
 
     `position` t is the predicted token's index (1..2n-1), `half` is "first", "boundary" (t = n,
     the first repeated token, which nothing earlier predicts) or "second". `attrs` carries the
     same loss summaries as `head_scores`. Raises ValueError for a model without an unembedding.
     """
+    model = as_model(model)
     if not hasattr(model, "unembed"):
         raise ValueError("in_context_loss needs a model with an unembedding (next-token logits)")
     check_positive_int("n_seqs", n_seqs)
@@ -406,7 +412,7 @@ class SourceScores:
 
 
 def source_attention_scores(
-    model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
+    model: ModelOrPath, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
 ) -> pd.DataFrame:
     """Per head, the attention mass each query puts on the keys it should read, over the scored rows.
 
@@ -424,7 +430,8 @@ def source_attention_scores(
     follows the tokens scores more on its own. NaN with one sequence.
 
     Args:
-        model: a models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks.
+        model: a models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks, or a
+            run directory / checkpoint path.
         tokens: int64 [n, T] inputs (run without a padding mask).
         queries: int64 [R], the query positions scored in every row.
         sources: int64 [n, R] (one key per query) or [n, R, S] (S distinct keys that each hold
@@ -441,9 +448,10 @@ def source_attention_scores(
 
 @torch.no_grad()
 def source_attention_result(
-    model, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
+    model: ModelOrPath, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
 ) -> SourceScores:
     """`source_attention_scores` as a `SourceScores`: the same table, the scalars as typed fields."""
+    model = as_model(model)
     check_positive_int("batch_size", batch_size)
     if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
             or sources.ndim not in (2, 3):
@@ -491,7 +499,9 @@ def source_attention_result(
     return SourceScores(table=df, **source_chance(queries, sources, t, causal), n_seqs=int(tokens.shape[0]))
 
 
-def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 256) -> pd.DataFrame:
+def task_induction_scores(
+    model: ModelOrPath, task=None, tokens: torch.Tensor | None = None, batch_size: int = 256
+) -> pd.DataFrame:
     """Task-aligned induction scores: `source_attention_scores` at the task's own answer sources.
 
     `task` must define `answer_sources(tokens) -> (queries, sources)` (training.tasks.KHop does:
@@ -499,7 +509,8 @@ def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 2
     its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
     which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the
     lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k);
-    `task_induction_result` returns the same as a `SourceScores`.
+    `task_induction_result` returns the same as a `SourceScores`. `model` may be a run directory: `task`
+    then defaults to the run's own; `tokens` defaults to the task's first 512 eval rows.
     """
     result = task_induction_result(model, task, tokens, batch_size)
     df = result.frame()
@@ -507,10 +518,17 @@ def task_induction_scores(model, task, tokens: torch.Tensor, batch_size: int = 2
     return df
 
 
-def task_induction_result(model, task, tokens: torch.Tensor, batch_size: int = 256) -> SourceScores:
+def task_induction_result(
+    model: ModelOrPath, task=None, tokens: torch.Tensor | None = None, batch_size: int = 256
+) -> SourceScores:
     """`task_induction_scores` as a `SourceScores` (with `hops` set)."""
+    model, task = model_and_task(model, task)
+    if task is None:
+        raise ValueError("task_induction_scores needs the task: pass it, or pass a run directory instead of a model")
     if not hasattr(task, "answer_sources"):
         raise ValueError(f"task {getattr(task, 'name', task)!r} defines no answer sources (answer_sources)")
+    if tokens is None:
+        tokens, _ = task.eval_set(512)
     queries, sources = task.answer_sources(tokens)
     result = source_attention_result(model, tokens, queries, sources, batch_size)
     result.hops = getattr(task, "hops", None)

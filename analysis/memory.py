@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from training.tasks import Task
 from training.trainer import masked_logits
 
-from .common import batches, check_positive_int, model_device
+from .common import ModelOrPath, as_model, batches, check_positive_int, model_and_task, model_device
 
 COLUMNS = [
     "examples",
@@ -65,7 +65,7 @@ def bits_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
 
 @torch.no_grad()
 def memorized_bits(
-    model,
+    model: ModelOrPath,
     task: Task | None = None,
     *,
     tokens: torch.Tensor | None = None,
@@ -76,7 +76,8 @@ def memorized_bits(
     """Accuracy, memorized bits and bits per trainable / total parameter, as a one-row DataFrame.
 
     Args:
-        model: a models.Transformer with an unembedding; it stays on its device.
+        model: a models.Transformer with an unembedding; it stays on its device. Or a run directory /
+            checkpoint path: given neither task nor tokens, the run's own task is rebuilt.
         task: a `memorize` task (training.get_task("memorize", n=..., d=...)): all its n^d keys
             are scored, labels are its n label tokens. Other tasks are refused; pass data instead.
         tokens, mask: any other labelled dataset, int64 / bool [N, pos] as the tasks produce them
@@ -89,6 +90,7 @@ def memorized_bits(
         DataFrame with one row and columns `COLUMNS` (bits in bits, parameters as counts).
     """
     check_positive_int("batch_size", batch_size)
+    model, task = model_and_task(model, task) if tokens is None and mask is None else (as_model(model), task)
     if not hasattr(model, "unembed"):
         raise ValueError("memorized_bits needs a model with an unembedding (token logits)")
     if task is not None:

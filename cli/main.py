@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from models import VARIANTS
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
-from training.tasks import TASKS, task_parameters
+from training.tasks import TASKS, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
 from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, pick_device, train
@@ -51,6 +51,39 @@ def _add_task_options(parser: argparse.ArgumentParser, many: bool) -> None:
         else:
             group.add_argument(flag, dest=f"task_{name}", type=kind, nargs="+" if many else None,
                                metavar=name.upper(), help=help)
+
+
+def _task_arg(value: str) -> str:
+    """--task: a task name, or the import path of a Task class (package.module:Class, path/to/file.py:Class),
+    which is imported and registered; gives the task's name."""
+    if value in TASKS:
+        return value
+    if not is_import_path(value):
+        raise argparse.ArgumentTypeError(f"unknown task {value!r}; allowed: {', '.join(sorted(TASKS))}, or your own "
+                                         "Task class as package.module:Class or path/to/file.py:Class")
+    try:
+        return register_task(load_task_class(value)).name
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _register_task_arg(argv: Sequence[str]) -> None:
+    """`mixit train --task package.module:Class`: import and register the class before the parser is built, so
+    that its constructor parameters become options (--length ...). CLIError (one line) if it cannot be."""
+    if not argv or argv[0] != "train":
+        return
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--task="):
+            value = arg.partition("=")[2]
+        else:
+            continue
+        if is_import_path(value):
+            try:
+                _task_arg(value)
+            except argparse.ArgumentTypeError as e:
+                raise CLIError(f"mixit train: error: --task: {e}") from None
 
 
 def _task_params(args: argparse.Namespace, task: str) -> dict[str, Any]:
@@ -201,7 +234,9 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("train", help="train one model", description="Train one model on one task.")
     p.set_defaults(handler=cmd_train)
-    p.add_argument("--task", required=True, choices=sorted(TASKS), metavar="TASK", help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--task", required=True, type=_task_arg, metavar="TASK",
+                   help=f"one of {', '.join(TASKS)}, or your own Task class: package.module:Class (found from the "
+                        "current directory) or path/to/file.py:Class")
     p.add_argument("--variant", default="standard", choices=list(VARIANTS), metavar="VARIANT",
                    help=f"one of {', '.join(VARIANTS)}")
     p.add_argument("--seed", type=int, default=0)
@@ -239,7 +274,22 @@ def build_parser() -> OneLineParser:
 
     for module in COMMAND_MODULES:
         module.register(sub)
+    for subparser in sub.choices.values():
+        _show_defaults(subparser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: X)" to the help of every option with a default that its help does not mention yet
+    (no default, an off switch or an empty list show nothing), so `--help` shows every default."""
+    for action in parser._actions:
+        default, text = action.default, action.help or ""
+        if (not action.option_strings or text == argparse.SUPPRESS or isinstance(default, bool)
+                or default in (None, argparse.SUPPRESS, []) or "default" in text):
+            continue
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        shown = shown.replace("%", "%%")  # argparse %-formats help strings
+        action.help = f"{text} (default: {shown})" if text else f"default: {shown}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -352,6 +402,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     one_line_warnings()
+    try:
+        _register_task_arg(argv)
+    except CLIError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = argparse.Namespace(command="")  # until parsed
     try:

@@ -109,7 +109,7 @@ def choose_heads(model, task, run_dir: Path) -> dict:
 
 def plot(runs_dir: Path) -> Figure:
     from models import build_model, load_model
-    from training import get_task
+    from training import run_task
 
     runs = finished_runs(runs_dir)
     runs = runs[runs["task"] == "retrieval"]
@@ -123,7 +123,7 @@ def plot(runs_dir: Path) -> Figure:
 
     torch.manual_seed(0)
     model = load_model(fqk["path"], device="cpu").eval()
-    task = get_task("retrieval", **fqk["task_params"])
+    task = run_task(fqk["path"])
     chosen = choose_heads(model, task, Path(fqk["path"]))
     if mix is not None:
         mixit = load_model(mix["path"], device="cpu").eval()

@@ -1,5 +1,5 @@
-"""Checkpoints: a directory with config.json and model.safetensors (and tokenizer.json for models trained
-on text). No pickle, nothing executed on load.
+"""Checkpoints: a directory with config.json and model.safetensors (and tokenizer.json for a model that carries
+a tokenizer: every model `training.train` saves, text or task vocabulary). No pickle, nothing executed on load.
 
 Directories are written atomically (models.files.atomic_directory): into a hidden temporary sibling
 first, then swapped into place, so a crash never leaves a half-written checkpoint under the final

@@ -22,8 +22,9 @@ HookedTransformer's weight accessors (`model.W_Q`, `model.W_U`, `model.OV`, `mod
 decompositions are in models/lens.py: they fold in the shaped variants' multipliers, which the block
 parameters above do not show.
 
-Models trained on text carry their tokenizer (`model.tokenizer`, see models/tokenizer.py) and offer
-TransformerLens's `to_tokens`, `to_string` and `to_str_tokens`.
+Trained models carry their task's tokenizer (`model.tokenizer`, see models/tokenizer.py: a BPE for text, the
+task's token strings for the algorithmic tasks) and offer TransformerLens's `to_tokens`, `to_string` and
+`to_str_tokens`.
 """
 
 from __future__ import annotations
@@ -606,7 +607,7 @@ class Transformer(LensWeights, HookedRootModule):
             self.unembed = Unembed(config)
         else:
             self.classifier = Classifier(config)
-        self.tokenizer = None  # a tokenizers.Tokenizer for models trained on text (set_tokenizer)
+        self.tokenizer = None  # a tokenizers.Tokenizer: the task's, set by training (set_tokenizer)
         self._init_weights()
         apply_freeze(self, config)  # requires_grad, and masks + gradient hooks for frozen heads (models/freeze.py)
         self.setup()  # registers hook points with HookedRootModule
@@ -690,14 +691,18 @@ class Transformer(LensWeights, HookedRootModule):
                         from_pos: int = 0, stop_at_layer: int | None = None) -> torch.Tensor:
         """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward);
         with stop_at_layer, the (unnormalized) stream entering that block."""
-        if tokens.ndim == 1:
-            tokens = tokens[None]
+        tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)  # after forward's: only checks
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"tokens must be an integer tensor [batch, pos]; got dtype={tokens.dtype}, shape={tuple(tokens.shape)}"
             )
         if tokens.shape[1] > self.config.n_ctx:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx={self.config.n_ctx}")
+        if tokens.numel():  # an id out of range would be a bare IndexError (CPU) or a device-side assert (CUDA)
+            lo, hi = (int(v) for v in tokens.aminmax())
+            if lo < 0 or hi >= self.config.d_vocab:
+                raise ValueError(f"token id {lo if lo < 0 else hi} is out of range: allowed 0..{self.config.d_vocab - 1} "
+                                 f"(d_vocab={self.config.d_vocab})")
         if not (isinstance(from_pos, int) and 0 <= from_pos < tokens.shape[1]):
             raise ValueError(f"from_pos={from_pos!r} must be an integer in [0, {tokens.shape[1] - 1}] for {tokens.shape[1]} positions")
         resid = self.hook_embed(self.embed(tokens))
@@ -739,7 +744,8 @@ class Transformer(LensWeights, HookedRootModule):
 
     def _require_tokenizer(self):
         if self.tokenizer is None:
-            raise ValueError("this model has no tokenizer (only models trained on text carry one)")
+            raise ValueError("this model has no tokenizer: trained runs carry their task's vocabulary "
+                             "(training.load_run(run_dir).model); a bare checkpoint can get one with set_tokenizer")
         return self.tokenizer
 
     def to_tokens(
@@ -785,9 +791,27 @@ class Transformer(LensWeights, HookedRootModule):
         return tok.encode(tokenizer, input, prepend_bos, self.config.n_ctx if truncate else None)
 
     def _tokens_and_mask(self, tokens, attention_mask):
-        """Tokenize text input (building its padding mask); pass token tensors through."""
+        """Tokenize text input (building its padding mask); check a token tensor's mask and make it bool.
+
+        One sequence [pos] (with its mask [pos]) becomes a batch of one. The mask must have the tokens'
+        shape [batch, pos] (else it would broadcast inside attention), and be bool or hold only 0 and 1
+        (TransformerLens's masks are int 0/1; floats 0./1. too): anything else is refused, not rounded.
+        """
         if not isinstance(tokens, (str, list)):
-            return tokens, attention_mask
+            if isinstance(tokens, torch.Tensor) and tokens.ndim == 1:
+                tokens = tokens[None]
+                if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 1:
+                    attention_mask = attention_mask[None]
+            if attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.shape == tokens.shape):
+                return tokens, attention_mask
+            if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != tokens.shape:
+                raise ValueError(f"attention_mask must be [batch, pos] = {list(tokens.shape)}, the tokens' shape "
+                                 f"(bool, or 0/1); got shape {list(getattr(attention_mask, 'shape', []))}")
+            bad = (attention_mask != 0) & (attention_mask != 1)
+            if bad.any():
+                raise ValueError(f"attention_mask must be bool or hold only 0 and 1 (1 = real token); got the value "
+                                 f"{attention_mask[bad][0].item()} (dtype {attention_mask.dtype})")
+            return tokens, attention_mask.bool()
         if attention_mask is not None:
             raise ValueError("pass attention_mask only with token tensors; text input builds its own")
         tokens, lengths = self._encode(tokens, None, truncate=True)

@@ -28,7 +28,7 @@ from analysis.runs import load_runs, read_analysis
 from models import VARIANTS
 from models.files import atomic_file, write_json, write_text
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
-from training.tasks import get_task
+from training.run import run_task
 
 from .emergence import SCALE, emergence_section, emergence_tables
 from .markdown import markdown_table
@@ -170,8 +170,9 @@ def _eval_items(run: Any) -> int | None:
     if run.task not in ALGORITHMIC or not isinstance(getattr(run, "path", None), str):
         return None
     try:
-        asked = (read_run_info(run.path)["train"] or {}).get("eval_samples")
-        default = get_task(run.task, **(run.task_params or {})).default_eval_size
+        info = read_run_info(run.path)
+        asked = (info["train"] or {}).get("eval_samples")
+        default = run_task(run.path, info).default_eval_size
     except (OSError, ValueError, TypeError):
         return None
     return default if asked is None else min(int(asked), default)

@@ -1,5 +1,6 @@
 import math
 
+import pandas as pd
 import pytest
 import torch
 from transformer_lens import head_detector as hd
@@ -336,3 +337,77 @@ def test_untrained_and_mixit_models_score_near_chance_on_khop():
         chance = df.attrs["chance"]
         assert 0.06 < chance < 0.1  # two keys among 17..32 visible ones
         assert df["score"].max() < 2 * chance, variant  # nothing reads the source before training
+
+
+# --------------------------------------------------------------------------- a run path instead of a model
+def _khop_run(tmp_path, task, model):
+    """A run directory as analyses read it: run.json (the train config) + checkpoint/."""
+    import json
+
+    from training import TrainConfig
+
+    run = tmp_path / "run"
+    model.save_pretrained(run / "checkpoint")
+    cfg = TrainConfig(task="khop", task_params=task.params, d_model=model.cfg.d_model, n_layers=2, n_heads=4)
+    (run / "run.json").write_text(json.dumps({"train": cfg.to_dict()}))
+    return run
+
+
+def test_analyses_take_a_run_directory_or_checkpoint_path(tmp_path):
+    from analysis.ablation import ablate_heads
+    from analysis.attention import attention_stats
+    from analysis.common import as_model
+
+    task = get_task("khop", hops=1, length=8, alphabet=6)
+    model = _khop_model(task, init_std=0.2)
+    run = _khop_run(tmp_path, task, model)
+    tokens, mask = task.eval_set(32)
+    expected = head_scores(model, n_seqs=4, seq_len=4)
+    for path in (run, str(run / "checkpoint")):
+        pd.testing.assert_frame_equal(head_scores(path, n_seqs=4, seq_len=4), expected)
+    pd.testing.assert_frame_equal(attention_stats(str(run), tokens), attention_stats(model, tokens))
+    assert ablate_heads(run, tokens, mask, "token", [(1, 2)]) == ablate_heads(model, tokens, mask, "token", [(1, 2)])
+    # the task rebuilt from run.json, the tokens its first eval rows
+    by_run = task_induction_scores(run / "checkpoint")  # checkpoint/ inside a run finds its run.json
+    pd.testing.assert_frame_equal(by_run, task_induction_scores(model, task, task.eval_set(512)[0]))
+    with pytest.raises(ValueError, match="bare checkpoint"):
+        task_induction_scores(model.save_pretrained(tmp_path / "bare"))  # a bare checkpoint has no task
+    with pytest.raises(FileNotFoundError, match="missing"):
+        head_scores(tmp_path / "missing")
+    with pytest.raises(TypeError, match="neither a model nor a run directory"):
+        as_model(42)
+
+
+def test_head_ablation_takes_a_metric_callable():
+    from analysis.ablation import ablate_heads, head_ablation_result
+
+    task = get_task("khop", hops=1, length=8, alphabet=6)
+    model = _khop_model(task, init_std=0.2)
+    tokens, mask = task.eval_set(32)
+
+    def last_logit(logits: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_vocab] -> scalar, TransformerLens style
+        return logits[:, -2].gather(-1, tokens[:, -1:]).mean()
+
+    result = head_ablation_result(model, tokens, metric=last_logit, method="zero")
+    table = result.frame()
+    assert list(table.columns) == ["layer", "head", "metric", "delta_metric", "rank"] and len(table) == 8
+    model.eval()
+    with torch.no_grad():
+        base = last_logit(model(tokens)).item()
+
+        def zero_head(z, hook):
+            z = z.clone()
+            z[:, :, 3] = 0
+            return z
+
+        ablated = last_logit(model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])).item()
+    assert table.attrs["baseline_metric"] == pytest.approx(base, rel=1e-5) and result.baseline_loss is None
+    row = table[(table["layer"] == 1) & (table["head"] == 3)].iloc[0]
+    assert row["metric"] == pytest.approx(ablated, rel=1e-5)
+    assert row["delta_metric"] == pytest.approx(ablated - base, rel=1e-4, abs=1e-6)
+    assert table["delta_metric"].is_monotonic_increasing and list(table["rank"]) == list(range(1, 9))  # biggest drop first
+    assert ablate_heads(model, tokens, None, last_logit, [(1, 3)], "zero")["metric"] == pytest.approx(ablated, rel=1e-5)
+    with pytest.raises(ValueError, match="scalar tensor"):
+        head_ablation_result(model, tokens, metric=lambda logits: logits[:, -1, 0])
+    with pytest.raises(ValueError, match="needs the mask"):
+        head_ablation_result(model, tokens, metric="token")

@@ -197,6 +197,13 @@ def test_attention_patterns_are_the_hooked_patterns(root, explorer_runs):
     assert ex.head_kinds(frozen)[0][0] == "softmax, frozen Q/K"
 
 
+def test_head_kinds_name_what_a_grid_freezes_per_head():
+    from models import ModelConfig, build_model
+
+    model = build_model(ModelConfig(d_model=16, n_layers=2, n_heads=2, n_ctx=8, d_vocab=9, freeze=["q@0", "qk@1.h1"]))
+    assert ex.head_kinds(model) == [["softmax, frozen Q", "softmax, frozen Q"], ["softmax", "softmax, frozen Q/K"]]
+
+
 def test_mixit_patterns_are_its_fixed_matrices(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["mixit"])
     a = ex.attention_patterns(model, torch.tensor([1, 2, 3, 4, 5]))

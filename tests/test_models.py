@@ -555,3 +555,47 @@ def test_from_pos_out_of_range_or_with_a_loss_is_rejected(tiny_cfg):
     with pytest.raises(ValueError, match="from_pos=2: a classifier's logits pool the whole sequence"):
         classifier(tokens, from_pos=2)
     assert classifier(tokens, return_type=None, from_pos=2).shape == (2, 4, 32)
+
+
+# --------------------------------------------------------------------------- input checks: token ids and masks
+@pytest.mark.parametrize("bad", [-1, 13, 40])
+def test_token_ids_out_of_range_are_one_line_value_errors(tiny_cfg, bad):
+    model = build_model(tiny_cfg())  # d_vocab 13
+    tokens = torch.tensor([[1, 2, bad, 3]])
+    for call in (lambda: model(tokens), lambda: model.residual_stream(tokens), lambda: model.run_with_cache(tokens)):
+        with pytest.raises(ValueError, match=rf"^token id {bad} is out of range: allowed 0\.\.12 \(d_vocab=13\)$"):
+            call()
+
+
+@pytest.mark.parametrize("variant, n_classes", [("standard", None), ("mixit", None), ("shaped", 2)])
+def test_int_and_float_0_1_masks_act_as_the_bool_mask(tiny_cfg, variant, n_classes):
+    """TransformerLens builds int 0/1 attention masks; they (and float 0/1) mean what the bool mask means."""
+    model = build_model(tiny_cfg(variant, n_classes=n_classes)).eval()
+    tokens = torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 8, dtype=torch.bool)
+    mask[0, 6:] = False  # right padding
+    mask[1, :2] = False  # left padding
+    with torch.no_grad():
+        expected = model(tokens, attention_mask=mask)
+        for other in (mask.long(), mask.int(), mask.float(), mask.to(torch.uint8)):
+            assert torch.equal(model(tokens, attention_mask=other), expected), other.dtype
+        # one sequence [pos] and its mask [pos] are a batch of one
+        torch.testing.assert_close(model(tokens[0], attention_mask=mask[0].long()), expected[:1])
+
+
+def test_bad_attention_masks_are_one_line_value_errors(tiny_cfg):
+    model = build_model(tiny_cfg())
+    tokens = torch.zeros(3, 8, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"bool or hold only 0 and 1 .* got the value 2 \(dtype torch.int64\)"):
+        model(tokens, attention_mask=torch.full((3, 8), 2))
+    with pytest.raises(ValueError, match=r"got the value 0.5"):
+        model(tokens, attention_mask=torch.full((3, 8), 0.5))
+    # Shapes that used to broadcast inside attention: silently ([3, 1], [1, 8]) or into a matmul size mismatch
+    # (one sequence [8] promoted to [1, 8] against a [3, 8] mask), or an IndexError (lengths [3]).
+    for bad in (torch.ones(3, 1), torch.ones(1, 8), torch.ones(3), torch.ones(3, 9), torch.ones(3, 1, 1, 8)):
+        with pytest.raises(ValueError, match=r"^attention_mask must be \[batch, pos\] = \[3, 8\], the tokens' shape"):
+            model(tokens, attention_mask=bad.long())
+    with pytest.raises(ValueError, match=r"= \[1, 8\], the tokens' shape \(bool, or 0/1\); got shape \[3, 8\]$"):
+        model(tokens[0], attention_mask=torch.ones(3, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"got shape \[3, 1\]"):
+        model.residual_stream(tokens, torch.ones(3, 1, dtype=torch.bool))  # a bool mask is checked as well

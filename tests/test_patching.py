@@ -1,10 +1,16 @@
 """analysis.patching: clean/corrupted pairs that differ only in the answer, and head patching through
 TransformerLens's own patching function, checked against a hand-written patch."""
 
+import warnings
+
+import pandas as pd
 import pytest
 import torch
 
-from analysis.patching import head_patching, patching_pairs
+from analysis.patching import (
+    CALLABLE_ATOL, COLUMNS, LOGIT_DIFF_ATOL, PatchingWarning, head_patching, patch_heads, patch_heads_result,
+    patching_pairs, warn_if_near_equal,
+)
 from models import ModelConfig, build_model
 from training.tasks import get_task
 
@@ -72,3 +78,122 @@ def test_head_patching_equals_a_hand_written_patch(variant):
     row = table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
     assert row["logit_diff"] == pytest.approx(patched, rel=1e-4, abs=1e-6)
     assert row["restored"] == pytest.approx((patched - corrupted) / (clean - corrupted), rel=1e-4, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- any pair, any metric, a run path
+def _retrieval_model(variant: str = "standard", init_std: float = 0.2):
+    task = get_task("retrieval", pairs=3, num_values=8)
+    model = build_model(ModelConfig(variant=variant, d_model=32, n_layers=2, n_heads=4, n_ctx=task.seq_len,
+                                    d_vocab=len(task.vocab), seed=0, init_std=init_std))
+    return model, task
+
+
+def _run_dir(tmp_path, model, task, name: str = "run"):
+    """A run directory as `mixit train` leaves it, as far as analyses read it: run.json + checkpoint/."""
+    import json
+
+    from training import TrainConfig
+
+    run = tmp_path / name
+    model.save_pretrained(run / "checkpoint")
+    cfg = TrainConfig(task=task.name, task_params=task.params, d_model=32, n_layers=2, n_heads=4)
+    (run / "run.json").write_text(json.dumps({"train": cfg.to_dict()}))
+    return run
+
+
+def test_patch_heads_with_answer_tokens_is_head_patching():
+    model, task = _retrieval_model()
+    p = patching_pairs(task, n=16, seed=3)
+    answers = torch.stack([p.clean_answer, p.corrupted_answer], dim=1)
+    general = patch_heads(model, p.clean, p.corrupted, answer_tokens=answers, position=p.position)
+    specific = head_patching(model, task, n=16, seed=3)
+    assert list(general.columns) == COLUMNS
+    pd.testing.assert_frame_equal(general, specific)
+    assert general.attrs["clean_logit_diff"] == specific.attrs["clean_logit_diff"]
+
+
+def test_patch_heads_takes_any_metric_callable_and_matches_a_hand_written_patch():
+    model, _ = _retrieval_model("mixit")
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randint(0, model.cfg.d_vocab, (8, model.cfg.n_ctx), generator=g)
+    corrupted = clean.clone()
+    corrupted[:, 2] = (clean[:, 2] + 1) % model.cfg.d_vocab
+
+    def token_3_logprob(logits: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_vocab] -> scalar
+        return logits[:, -1].log_softmax(-1)[:, 3].mean()
+
+    result = patch_heads_result(model, clean, corrupted, metric=token_3_logprob, rtol=0)  # log-probs: no zero
+    table = result.frame()
+    assert list(table.columns) == ["layer", "head", "restored", "metric"] and len(table) == 8
+    assert table.attrs["metric"] == "token_3_logprob" and table.attrs["n_pairs"] == 8
+    model.eval()
+    _, cache = model.run_with_cache(clean)
+    assert result.clean == pytest.approx(token_3_logprob(model(clean)).item(), rel=1e-5)
+
+    def patch(z, hook):
+        z = z.clone()
+        z[:, :, 1] = cache[hook.name][:, :, 1]
+        return z
+
+    with torch.no_grad():
+        patched = token_3_logprob(model.run_with_hooks(corrupted, fwd_hooks=[("blocks.0.attn.hook_z", patch)])).item()
+    row = table[(table["layer"] == 0) & (table["head"] == 1)].iloc[0]
+    assert row["metric"] == pytest.approx(patched, rel=1e-4, abs=1e-6)
+    assert row["restored"] == pytest.approx((patched - result.corrupted) / (result.clean - result.corrupted),
+                                            rel=1e-3, abs=1e-5)
+
+
+def test_patch_heads_rejects_bad_inputs():
+    model, _ = _retrieval_model()
+    t = torch.zeros(4, 6, dtype=torch.long)
+    answers = torch.zeros(4, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"clean_tokens \(4, 6\) and corrupted_tokens \(4, 5\)"):
+        patch_heads(model, t, t[:, :5], answer_tokens=answers)
+    with pytest.raises(ValueError, match="either metric"):
+        patch_heads(model, t, t)
+    with pytest.raises(ValueError, match=r"answer_tokens must be \[batch, 2\] = \[4, 2\]"):
+        patch_heads(model, t, t, answer_tokens=answers[:, :1])
+    with pytest.raises(ValueError, match="answer_tokens must lie in"):
+        patch_heads(model, t, t, answer_tokens=answers + model.cfg.d_vocab)
+    with pytest.raises(ValueError, match="position must be"):
+        patch_heads(model, t, t, answer_tokens=answers, position=6)
+    with pytest.raises(ValueError, match="scalar tensor"):
+        patch_heads(model, t, t, metric=lambda logits: logits[:, -1, 0])
+
+
+def test_near_equal_threshold():
+    """Within 10% of the larger magnitude, or within atol: the notebook's untrained case (-0.00 vs -0.01) warns."""
+    with pytest.warns(PatchingWarning, match=r"clean metric -0.003 and corrupted metric -0.012 nearly coincide"):
+        assert warn_if_near_equal(-0.003, -0.012, LOGIT_DIFF_ATOL)
+    with pytest.warns(PatchingWarning):
+        assert warn_if_near_equal(10.0, 9.5, 0.0)  # a 5% change: restored would amplify noise 20-fold
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_if_near_equal(1.2, -0.5, LOGIT_DIFF_ATOL)
+        assert not warn_if_near_equal(0.30, 0.25, CALLABLE_ATOL)  # a callable's small scale is its own
+
+
+def test_patching_warns_when_clean_and_corrupted_coincide():
+    model, task = _retrieval_model(init_std=1e-4)  # an untrained model: both logit differences ~ 0
+    with pytest.warns(PatchingWarning, match="nearly coincide") as record:
+        table = head_patching(model, task, n=8)
+    assert len(record) == 1 and record[0].filename == __file__  # one line, pointing at the caller
+    assert "\n" not in str(record[0].message)
+    assert abs(table.attrs["clean_logit_diff"]) < 0.1 and abs(table.attrs["corrupted_logit_diff"]) < 0.1
+    t = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.warns(PatchingWarning):  # a callable metric that cannot tell the two apart
+        constant = patch_heads(model, t, t + 1, metric=lambda logits: logits.sum() * 0 + 1.0)
+    assert constant["restored"].isna().all()
+
+
+@pytest.mark.filterwarnings("ignore::analysis.patching.PatchingWarning")  # an untrained model
+def test_head_patching_takes_a_run_directory(tmp_path):
+    model, task = _retrieval_model()
+    run = _run_dir(tmp_path, model, task)
+    expected = head_patching(model, task, n=8, seed=1)
+    for path in (run, str(run), run / "checkpoint"):
+        pd.testing.assert_frame_equal(head_patching(path, n=8, seed=1), expected)
+    bare = model.save_pretrained(tmp_path / "bare")
+    with pytest.raises(ValueError, match="bare checkpoint"):
+        head_patching(bare, n=8)
+    pd.testing.assert_frame_equal(head_patching(bare, task, n=8, seed=1), expected)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import pytest
 import torch
 
-from training.tasks import ALGORITHMIC_TASKS, TASKS, Task, TrainStream, get_task, row_hash
+from training.tasks import ALGORITHMIC_TASKS, BUILTIN_TASKS, TASKS, Task, TrainStream, get_task, row_hash
 
 # Small and default configurations of every task, used by the generic tests.
 CONFIGS = [
@@ -45,7 +46,8 @@ def rows(tokens: torch.Tensor) -> set[tuple[int, ...]]:
 # --------------------------------------------------------------------------- generic conventions
 def test_registry_holds_the_six_algorithmic_tasks_and_the_text_tasks():
     assert set(ALGORITHMIC_TASKS) == {"addition", "dyck", "retrieval", "khop", "modadd", "memorize"}
-    assert set(TASKS) == set(ALGORITHMIC_TASKS) | {"lm", "sentiment"}  # text tasks: tests/test_text.py
+    assert set(BUILTIN_TASKS) == set(ALGORITHMIC_TASKS) | {"lm", "sentiment"}  # text tasks: tests/test_text.py
+    assert set(BUILTIN_TASKS) <= set(TASKS)  # register_task may have added others (tests/test_custom_task.py)
     for name in ALGORITHMIC_TASKS:
         cls = TASKS[name]
         assert issubclass(cls, Task) and cls.name == name
@@ -551,3 +553,137 @@ def test_memorized_bits_reads_the_label_tokens_of_either_layout():
         model = build_model(ModelConfig(d_model=16, n_layers=1, n_heads=2, n_ctx=task.seq_len, d_vocab=task.d_vocab))
         result = memorized_bits(model, task).iloc[0]
         assert result["labels"] == 4 and result["examples"] == 16, labels
+
+
+# --------------------------------------------------------------------------- tasks of one's own
+@pytest.fixture
+def registry():
+    """TASKS as it was before the test: registrations made in a test do not leak into the others."""
+    saved = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(saved)
+
+
+def _task_class(**attrs):
+    """A small valid task (copy the first token), with `attrs` overriding its class attributes."""
+
+    class Copy(Task):
+        name, metric, layout = "copy-test", "sequence", "x [x]"
+
+        def __init__(self, width: int = 3):
+            self.width, self.vocab, self.pad_id, self.seq_len = width, ["<pad>"] + [f"t{i}" for i in range(width)], 0, 2
+
+        def _sample(self, n, g):
+            x = torch.randint(1, self.width + 1, (n, 1), generator=g)
+            return torch.cat([x, x], 1), torch.tensor([[False, True]]).expand(n, 2).clone()
+
+    for key, value in attrs.items():
+        setattr(Copy, key, value)
+    return Copy
+
+
+def test_a_registered_task_is_built_by_name_and_checked(registry):
+    from training.tasks import register_task, task_import_path
+
+    cls = register_task(_task_class())
+    assert registry["copy-test"] is cls and register_task(cls) is cls  # registering again is harmless
+    task = get_task("copy-test", width=5)
+    assert task.params == {"width": 5} and task.sample(4, gen(0))[0].shape == (4, 2)
+    assert task_import_path(cls) == f"{__name__}:_task_class.<locals>.Copy"
+    with pytest.raises(ValueError, match=r"copy-test: unknown parameter\(s\) 'depth'; allowed: width"):
+        get_task("copy-test", depth=2)
+
+
+@pytest.mark.parametrize("attrs,error", [
+    ({"name": "addition"}, "task name 'addition' is a built-in task"),
+    ({"name": "has space"}, "name='has space'; a task needs a class attribute `name`"),
+    ({"metric": "bleu"}, "metric='bleu'; allowed: sequence, token"),
+    ({"layout": None}, "a task needs a class attribute `layout`"),
+    ({"_sample": Task._sample}, r"a task needs a method `_sample\(self, n, g\)`"),
+])
+def test_register_task_refuses_an_incomplete_class_in_one_line(registry, attrs, error):
+    from training.tasks import register_task
+
+    with pytest.raises(ValueError, match=error) as info:
+        register_task(_task_class(**attrs))
+    assert "\n" not in str(info.value)
+    with pytest.raises(TypeError, match="is not a subclass of training.tasks.Task"):
+        register_task(dict)
+
+
+def test_register_task_refuses_a_second_class_under_a_taken_name(registry):
+    from training.tasks import register_task
+
+    register_task(_task_class())
+    other = _task_class()
+    other.__qualname__ = "Other"
+    with pytest.raises(ValueError, match="task name 'copy-test' is already registered by .*Copy"):
+        register_task(other)
+
+
+def test_a_task_that_breaks_the_batch_format_is_refused_when_built(registry):
+    from training.tasks import register_task
+
+    def bad_shape(self, n, g):
+        return torch.zeros(n, 3, dtype=torch.int64), torch.zeros(n, 3, dtype=torch.bool)
+
+    register_task(_task_class(_sample=bad_shape))
+    with pytest.raises(ValueError, match=r"copy-test: _sample gave tokens torch.int64 \(2, 3\); expected int64 \(2, 2\)"):
+        get_task("copy-test")
+
+
+def test_import_paths_name_a_module_or_a_file(tmp_path, monkeypatch):
+    from training.tasks import TaskImportError, load_task_class, task_import_path
+
+    (tmp_path / "mytasks.py").write_text(
+        "from training.tasks import Task\n"
+        "import torch\n"
+        "class Echo(Task):\n"
+        "    name, metric, layout = 'echo', 'token', 'x [x]'\n"
+        "    def __init__(self):\n"
+        "        self.vocab, self.pad_id, self.seq_len = ['<pad>', 'a'], 0, 2\n"
+        "    def _sample(self, n, g):\n"
+        "        return torch.ones(n, 2, dtype=torch.int64), torch.tensor([[False, True]]).repeat(n, 1)\n"
+    )
+    monkeypatch.chdir(tmp_path)  # a module path is looked up in the current directory first
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])  # as under the `mixit` script
+    monkeypatch.setitem(sys.modules, "mytasks", None)  # restored (removed) afterwards ...
+    del sys.modules["mytasks"]  # ... and importable now
+    by_module = load_task_class("mytasks:Echo")
+    assert task_import_path(by_module) == "mytasks:Echo" and get_task("mytasks:Echo").name == "echo"
+    by_file = load_task_class(str(tmp_path / "mytasks.py") + ":Echo")
+    assert task_import_path(by_file) == f"{tmp_path / 'mytasks.py'}:Echo"
+    assert load_task_class("mytasks.py:Echo") is by_file  # a file is imported once
+    for spec, error in [("nosuchmodule:Echo", "cannot import task module 'nosuchmodule' \\(ModuleNotFoundError"),
+                        ("mytasks:Nope", "module 'mytasks' has no 'Nope'"),
+                        ("mytasks:torch", "names a module, not a subclass of training.tasks.Task"),
+                        ("missing.py:Echo", "cannot import task file 'missing.py': no such file"),
+                        ("mytasks:", "is not an import path")]:
+        with pytest.raises(TaskImportError, match=error):
+            load_task_class(spec)
+
+
+@pytest.mark.parametrize("name", ALGORITHMIC_TASKS)
+def test_every_algorithmic_task_has_a_tokenizer_over_its_vocabulary(name):
+    from models.tokenizer import decode, encode, is_task_tokenizer, str_tokens
+
+    task = get_task(name)
+    tokenizer = task.model_tokenizer()
+    assert is_task_tokenizer(tokenizer) and tokenizer.get_vocab_size() == task.d_vocab
+    row = task.eval_set(1)[0][0].tolist()
+    assert str_tokens(tokenizer, row) == [task.vocab[i] for i in row]
+    tokens, lengths = encode(tokenizer, [decode(tokenizer, row), task.vocab[row[0]]], prepend_bos=True, max_len=None)
+    assert tokens[0].tolist() == row and lengths.tolist() == [len(row), 1]  # no BOS: tasks have none
+    assert tokens[1, 1:].eq(task.pad_id).all()  # padded with the task's own pad token
+    with pytest.raises(ValueError, match="'@@' is not a token of this model's task"):
+        encode(tokenizer, "@@", prepend_bos=False, max_len=None)
+
+
+def test_a_vocabulary_that_cannot_be_typed_is_refused():
+    from models.tokenizer import task_tokenizer
+
+    with pytest.raises(ValueError, match="vocab holds 'a' twice \\(ids 0 and 2\\)"):
+        task_tokenizer(["a", "b", "a"], pad=1)
+    with pytest.raises(ValueError, match="vocab holds 'a b'; each token string must be non-empty text without spaces"):
+        task_tokenizer(["a b", "c"], pad=1)

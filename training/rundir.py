@@ -4,10 +4,12 @@ Every other module asks this one where a file lives; none spells a file name its
 
 A run directory (written by `training.train`, read by analysis, figures, the report and the explorer):
 
-    run.json          what was run: train config, model config, task, command, provenance
+    run.json          what was run: train config, model config, task (name, class import path, every
+                      parameter; training.run_task rebuilds it from here), command, provenance
     metrics.jsonl     one JSON object per logged step (appended while training)
     tokenizer.json    text tasks only: the tokenizer (also inside checkpoint/)
-    checkpoint/       the latest checkpoint (models.checkpoint format) + trainer state for resume
+    checkpoint/       the latest checkpoint (models.checkpoint format, with the task's tokenizer.json: a text
+                      tokenizer or the task's vocabulary) + trainer state for resume
     summary.json      written last; its presence marks the run finished (or diverged / failed)
     analysis/         `mixit analyze` results: analysis.json + one CSV per table
 

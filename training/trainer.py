@@ -45,7 +45,7 @@ from .rundir import (
     read_summary, run_lock, truncate_metrics, write_json, write_text,
 )
 from .parallel import Ranks, ddp_options, local_device
-from .tasks import Task, TrainStream, get_task
+from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_import_path
 from .trackers import open_tracker
 
 
@@ -124,7 +124,11 @@ class TrainConfig:
             raise ValueError(f"device={self.device!r} is not one of: auto, cpu, cuda, cuda:N, mps")
 
     def build_task(self, cache_dir: str | Path | None = None) -> Task:
-        """The run's task; a text task caches its tokens in `cache_dir` (training.rundir.DATA_CACHE_DIR of the runs folder)."""
+        """The run's task; a text task caches its tokens in `cache_dir` (training.rundir.DATA_CACHE_DIR of the runs folder).
+
+        `task` is a name known to this process (built in, or added by `register_task`) or an import path
+        (`package.module:Class`). To rebuild the task of a saved run use `training.run_task(run_dir)`,
+        which also imports a task registered only in the process that trained it."""
         return get_task(self.task, cache_dir=cache_dir, **self.task_params)
 
     def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
@@ -542,7 +546,9 @@ def train(
     argv: list[str] | None = None,
     tracker: str | None = None,
 ) -> dict[str, Any]:
-    """Train one model as described by `cfg`, writing the run directory `out_dir`. Returns the summary.
+    """Train one model as described by `cfg`, writing the run directory `out_dir`. Returns the summary
+    (summary.json's contents) plus "run_dir": `training.load_run(summary["run_dir"]).model` is the trained
+    model, with its task, configs and metrics beside it.
 
     `tracker` ("tensorboard", "wandb"; see training.trackers) also sends the metrics to that tool.
 
@@ -568,7 +574,7 @@ def train(
         if resume:
             check_same_settings(out, cfg)
             if is_finished(out):
-                return read_summary(out)
+                return {**read_summary(out), "run_dir": str(out)}
         ranks.rows(cfg.batch_size)  # the global batch splits evenly over the processes
         ranks.barrier()  # every rank has read the directory before rank 0 writes to it
         with run_lock(out) if ranks.main else nullcontext():  # one writer per run directory; RunLocked names the other
@@ -579,7 +585,7 @@ def train(
         # the ranks leave together: no rank tears its side of the group down while rank 0 still evaluates and
         # writes the last checkpoint
         ranks.barrier()
-        return summary
+        return {**summary, "run_dir": str(out)}
     finally:
         ranks.stop()
 
@@ -630,7 +636,8 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
     if ranks.main:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)
-        task_info = {"name": task.name, **task.params}
+        # the class's import path lets a new process rebuild a task of the researcher's own (training.run_task)
+        task_info = {"name": task.name, "import_path": task_import_path(type(task)), **task.params}
         if task.data_fingerprint is not None:
             task_info["data_fingerprint"] = task.data_fingerprint
         write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
@@ -708,8 +715,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         if saved is not None and saved != task.data_fingerprint:
             raise ValueError(f"{out / RUN_FILE}: cannot resume: the task's data (corpus or tokenizer) changed since the run began")
     model = build_model(model_cfg).to(device)
-    if task.text_tokenizer is not None:
-        model.set_tokenizer(task.text_tokenizer)
+    attach_tokenizer(model, task)  # saved with every checkpoint: to_str_tokens & co. speak the task's vocabulary
     optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
     stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
     eval_batch = task.eval_set(cfg.eval_samples)

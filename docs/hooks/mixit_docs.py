@@ -90,6 +90,7 @@ def _argument(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
 
 def _help(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
     text = parser._get_formatter()._expand_help(action) if action.help else ""
+    text = re.sub(r"\s*\(?default: [^)]*\)?$", "", text)  # `--help` appends the default; the table has its own column
     choices = action.choices
     # choices a metavar hides, unless the help already names them all
     if choices is not None and action.metavar is not None and not all(

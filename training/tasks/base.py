@@ -41,6 +41,8 @@ from typing import Any, ClassVar, Iterator
 
 import torch
 
+from models.tokenizer import task_tokenizer
+
 # Fixed seeds of the held-out data; they never depend on a training seed.
 EVAL_SEED = 0x5EED_E7A1  # streaming tasks: eval chunk c is sample(EVAL_CHUNK, Generator(EVAL_SEED + c))
 SPLIT_SEED = 12345  # modadd train/eval split (the authors shuffle with random.seed(12345))
@@ -115,7 +117,14 @@ def parameter_names(cls: type) -> list[str]:
 
 
 class Task:
-    """Base class: one subclass per task. Subclasses set the class attributes and implement `_sample`."""
+    """Base class: one subclass per task. Subclasses set the class attributes (`name`, `metric`, `layout`), set
+    `vocab`, `seq_len` and `pad_id` (and each constructor parameter under its own name) in `__init__`, and
+    implement `_sample`; docs/guides/tasks.md, "Your own task", and examples/my_task.py show one.
+
+    Optional: `patching_pairs(n, seed) -> (clean [n, L], corrupted [n, L], position [n], answer_tokens [n, 2])`,
+    rows that differ only where the answer comes from, the position whose logits predict the answer, and the
+    clean and corrupted answer tokens; `mixit analyze` then patches every head (analysis.patching.patch_heads).
+    """
 
     name: ClassVar[str]
     metric: ClassVar[str]  # "sequence": all scored tokens of a row must be right; "token": mean over scored tokens
@@ -200,6 +209,13 @@ class Task:
         tokens, mask = cache[0]
         return tokens[:n].clone(), mask[:n].clone()
 
+    def model_tokenizer(self):
+        """The `tokenizers.Tokenizer` a model trained on this task carries (saved as tokenizer.json in its
+        checkpoints): a text task's own, else a word-level one over `vocab` (models.tokenizer.task_tokenizer)."""
+        if self.text_tokenizer is not None:
+            return self.text_tokenizer
+        return task_tokenizer(self.vocab, self.pad_id)
+
     def decode(self, tokens_row: torch.Tensor | list[int]) -> str:
         """Human-readable row: the vocab strings of the non-pad tokens, space-separated."""
         ids = tokens_row.tolist() if isinstance(tokens_row, torch.Tensor) else list(tokens_row)
@@ -209,6 +225,13 @@ class Task:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}({args})"
 
+
+
+def attach_tokenizer(model: Any, task: Task) -> None:
+    """Give `model` its task's tokenizer, so that `to_tokens`, `to_str_tokens`, `to_string` (and TransformerLens
+    tools built on them, such as `test_prompt`) speak the task's vocabulary. Text starts with <|endoftext|>
+    for text tasks; algorithmic rows have no BOS."""
+    model.set_tokenizer(task.model_tokenizer(), default_prepend_bos=task.text_tokenizer is not None)
 
 
 # --------------------------------------------------------------------------- training stream
@@ -246,7 +269,8 @@ class TrainStream:
                 if rounds > self.MAX_ROUNDS:
                     raise RuntimeError(
                         f"TrainStream: still drawing eval rows after {self.MAX_ROUNDS} rounds; "
-                        f"the eval set ({self.eval_n} rows) covers (almost) all of {self.task!r}: use a smaller eval_n"
+                        f"the eval set ({self.eval_n} rows) covers (almost) all of {self.task!r}: use a smaller --eval-samples "
+                        "(TrainStream's eval_n)"
                     )
                 # Draw a few spare rows so that one round usually suffices, keep the first non-eval ones.
                 new = self.task.sample(2 * bad.numel() + 8, self.generator)
@@ -259,7 +283,7 @@ class TrainStream:
             if self.step == 0 and self.rows_replaced > self.WARN_FRACTION * self.batch_size:
                 warnings.warn(
                     f"TrainStream: {self.rows_replaced / self.batch_size:.0%} of the first batch matched the eval set "
-                    f"of {self.task!r}; the training distribution is skewed away from it (consider a smaller eval_n)",
+                    f"of {self.task!r}; the training distribution is skewed away from it (consider a smaller --eval-samples)",
                     stacklevel=2,
                 )
         self.step += 1

@@ -1,0 +1,158 @@
+"""A researcher's own task, end to end: examples/my_task.py trained by the real `mixit train --task
+module:Class`, analysed by `mixit analyze` in a new process, opened in the explorer, loaded with `load_run`;
+and the task vocabulary every checkpoint now carries (to_str_tokens, TransformerLens's test_prompt)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+from training import TASKS, TrainConfig, load_run, train
+
+TASK = "examples.my_task:ReverseTask"
+SMALL = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--batch-size", "32", "--eval-every", "20",
+         "--eval-samples", "64", "--device", "cpu", "--quiet"]
+
+
+def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The installed `mixit` command (whose sys.path does not hold the current directory), else `python -m cli`."""
+    script = shutil.which("mixit", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "cli"]
+    return subprocess.run([*command, *argv], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def registry():
+    """TASKS as it was before the test (an in-process `mixit train --task module:Class` registers the class)."""
+    saved = dict(TASKS)
+    yield
+    TASKS.clear()
+    TASKS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def reverse_run(tmp_path_factory) -> Path:
+    """examples/my_task.py trained through the real command, from the repository root, then analysed by a
+    second `mixit` process (which has never seen the task registered)."""
+    run = tmp_path_factory.mktemp("custom") / "runs" / "custom" / "reverse"
+    done = _mixit(["train", "--task", TASK, "--length", "3", "--digits", "4", "--steps", "40", *SMALL,
+                   "--out", str(run)], cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    done = _mixit(["analyze", str(run), "--n-seqs", "8", "--eval-samples", "32"], cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return run
+
+
+@pytest.mark.slow
+def test_cli_trains_a_task_of_ones_own_and_a_new_process_analyses_it(reverse_run):
+    info = json.loads((reverse_run / "run.json").read_text())
+    assert info["task"] == {"name": "reverse", "import_path": TASK, "length": 3, "digits": 4}  # resolved parameters
+    assert info["train"]["task"] == "reverse" and info["train"]["task_params"] == {"length": 3, "digits": 4}
+    analysis = json.loads((reverse_run / "analysis" / "analysis.json").read_text())
+    assert {"heads", "ablation", "components", "patching"} <= set(analysis["computed"]), analysis["skipped"]
+    assert set(analysis["skipped"]) == {"memory", "task_induction"}  # the memorize and k-hop analyses only
+    for table in ("heads", "ablation", "components", "patching"):
+        assert (reverse_run / "analysis" / f"{table}.csv").is_file()
+    assert analysis["summary"]["patching"]["clean_logit_diff"] is not None  # ReverseTask.patching_pairs
+
+
+@pytest.mark.slow
+def test_analyze_says_in_one_line_which_module_a_run_needs(reverse_run, tmp_path):
+    elsewhere = tmp_path / "elsewhere"  # examples.my_task does not import from here
+    elsewhere.mkdir()
+    done = _mixit(["analyze", str(reverse_run), "--out", str(tmp_path / "out"), "--n-seqs", "4"], cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    warning = [line for line in done.stderr.splitlines() if "cannot rebuild task" in line]
+    assert len(warning) == 1 and "'examples.my_task'" in warning[0] and str(reverse_run) in warning[0]
+    skipped = json.loads((tmp_path / "out" / "reverse" / "analysis.json").read_text())["skipped"]
+    assert "ModuleNotFoundError" in skipped["ablation"]
+
+
+@pytest.mark.slow
+def test_load_run_gives_the_model_with_the_tasks_vocabulary(reverse_run):
+    run = load_run(reverse_run)
+    assert type(run.task).__name__ == "ReverseTask" and run.task.params == {"length": 3, "digits": 4}
+    assert run.train_config.task == "reverse" and run.model_config == run.model.config
+    assert run.summary["status"] == "finished" and run.metrics[-1]["step"] == 40 and run.path == reverse_run
+    tokens, _ = run.task.eval_set(1)
+    assert run.model.to_str_tokens(tokens[0]) == [run.task.vocab[i] for i in tokens[0].tolist()]
+    assert run.model.to_tokens("1 2 3 >").tolist() == [[1, 2, 3, 10]]  # no BOS: the task has none
+
+
+@pytest.mark.slow
+def test_the_explorer_opens_a_run_of_ones_own_task(reverse_run, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(reverse_run.parent.parent)])
+    for view, state in [("Runs", {}), ("Run", {}), ("Attention", {}), ("Heads", {"heads_runs": ["custom/reverse"]}),
+                        ("Predict", {})]:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.session_state["view"] = view
+        at.session_state["selected"] = ["custom/reverse"]
+        for key, value in state.items():
+            at.session_state[key] = value
+        at.run()
+        assert not at.exception, (view, [e.value for e in at.exception])
+        assert not at.error, (view, [e.value for e in at.error])
+        if view == "Attention":
+            assert at.radio(key="attn_source").value == "Eval sample"  # its task was rebuilt from run.json
+        if view == "Heads":  # its stored patching (ReverseTask.patching_pairs), drawn as for retrieval
+            assert any("Activation patching" in h.value for h in at.subheader), [h.value for h in at.subheader]
+        if view == "Predict":
+            tokens = next(f.value for f in at.dataframe if "token" in f.value.columns)["token"]
+            assert set(tokens) <= {*map(str, range(10)), ">", "<pad>"}
+
+
+def test_bad_task_import_paths_are_one_line_exit_2(registry, tmp_path, capsys):
+    from cli.main import main
+
+    for spec, message in [("no_such_module:Task", "cannot import task module 'no_such_module'"),
+                          ("examples.my_task:Nope", "module 'examples.my_task' has no 'Nope'"),
+                          ("examples.my_task:torch", "names a module, not a subclass of training.tasks.Task")]:
+        assert main(["train", "--task", spec, "--out", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("mixit train: error: --task: ") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path):
+    from examples.my_task import ReverseTask
+    from training import register_task
+
+    register_task(ReverseTask)
+    cfg = TrainConfig(task="reverse", task_params={"length": 3}, d_model=16, n_layers=1, n_heads=2, steps=4,
+                      batch_size=16, eval_every=4, eval_samples=16, device="cpu")
+    summary = train(cfg, tmp_path / "reverse", progress=False)
+    TASKS.pop("reverse")  # as in a new process: run.json's import path finds the class
+    run = load_run(summary["run_dir"])
+    assert isinstance(run.task, ReverseTask) and run.task.params == {"length": 3, "digits": 10}
+    assert run.summary["step"] == 4 and "run_dir" not in run.summary  # summary.json itself holds no path
+
+
+def test_test_prompt_and_to_str_tokens_work_on_an_algorithmic_run(tmp_path, capsys):
+    from models import load_model
+    from transformer_lens.utilities import test_prompt
+
+    cfg = TrainConfig(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=4,
+                      batch_size=16, eval_every=4, eval_samples=16, device="cpu")
+    run_dir = Path(train(cfg, tmp_path / "add", progress=False)["run_dir"])
+    assert (run_dir / "checkpoint" / "tokenizer.json").is_file()
+    model = load_model(run_dir)
+    tokens, _ = load_run(run_dir).task.eval_set(1)
+    assert model.to_str_tokens(tokens[0])[:3] == [model.to_string(t) for t in tokens[0, :3]]
+    assert model.to_string(tokens[0]).split()[2] == "+"
+    capsys.readouterr()
+    test_prompt("1 2 + 3 4 =", "s4 s6 s0 <stop>", model, top_k=2)
+    out = capsys.readouterr().out
+    assert "Tokenized prompt: ['1', '2', '+', '3', '4', '=']" in out and "Tokenized answer: ['s4', 's6', 's0', '<stop>']" in out
+
+    (run_dir / "checkpoint" / "tokenizer.json").unlink()  # a checkpoint from before checkpoints carried one
+    assert load_model(run_dir).tokenizer is None
+    old = load_run(run_dir)
+    assert old.model.to_str_tokens(torch.tensor([1, 10, 11])) == ["1", "+", "="]
