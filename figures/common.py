@@ -158,6 +158,19 @@ def value_ticks(ax: Axes, values: Iterable[float], axis: str = "x", log: bool | 
     (ax.xaxis if axis == "x" else ax.yaxis).set_minor_locator(NullLocator())
 
 
+def plain_log_ticks(ax: Axes, axis: str = "x") -> None:
+    """Label a log axis (after plotting) in plain numbers at 1, 10, 100, ..., and at 2 and 5 times those where
+    it spans under two decades (matplotlib would label 3x10^0 and 4x10^0 there, on top of each other)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    scale_axis = ax.xaxis if axis == "x" else ax.yaxis
+    lo, hi = sorted(scale_axis.get_view_interval())
+    subs = (1.0, 2.0, 5.0) if lo > 0 and hi / lo < 100 else (1.0,)
+    scale_axis.set_major_locator(LogLocator(base=10, subs=subs))
+    scale_axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    scale_axis.set_minor_formatter(NullFormatter())
+
+
 def legend_above(fig_or_ax, handles=None, labels=None, ncol: int | None = None, **kwargs):
     """A legend in one row (or a few) above the plotting area, where it cannot cover data."""
     from matplotlib.figure import Figure

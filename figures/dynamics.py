@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from analysis.runs import read_metrics
 from training.rundir import DYNAMICS_FILE
 
-from .common import NoData, finished_runs, legend_above
+from .common import NoData, finished_runs, legend_above, plain_log_ticks
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "dynamics"
@@ -59,12 +59,14 @@ def plot(runs_dir: Path) -> Figure:
             if "loss" in metrics:
                 losses.plot(metrics["step"], metrics["loss"], color=style.color, linewidth=0.8)
         heads.set_xscale("log")
+        plain_log_ticks(heads)
         heads.set_xlabel("training step (0 drawn at 0.5)")
         heads.set_ylabel("top head score")
         heads.set_ylim(0, 1)
         what = "task-aligned induction" if aligned else "induction on [r, r]"
         heads.set_title(f"solid: {what}; dashed: previous token", loc="right", fontsize=6, color="#555555")
         losses.set_xscale("log")
+        plain_log_ticks(losses)
         losses.set_xlabel("training step")
         losses.set_ylabel("training loss (nats)")
         legend_above(fig, ncol=min(4, len(seen)))

@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 
 from analysis.runs import read_analysis_table
 
-from .common import (NoData, best_config, finished_runs, legend_above, param, plot_variant_lines, seed_stats,
-                     select_runs, spread_note, value_ticks)
+from .common import (NoData, best_config, finished_runs, legend_above, param, plain_log_ticks, plot_variant_lines,
+                     seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "memorization"
@@ -74,6 +74,7 @@ def plot(runs_dir: Path) -> Figure:
                 (line,) = ax.plot(cap.index, cap.values, color="#555555", linestyle="--", linewidth=0.8,
                                   label="dataset information\n($n^d \\log_2 n$ bits)")
                 ax.legend(handles=[line], loc="upper left", handlelength=2.0)
+                plain_log_ticks(ax, "y")
         legend_above(fig, handles=axes[0].get_legend_handles_labels()[0],
                      labels=axes[0].get_legend_handles_labels()[1])
         note = spread_note(seed_stats(runs, ["variant", "keys"], "accuracy")["n"])

@@ -3,7 +3,9 @@
 Data: RUNS_DIR/signal/signal.csv (analysis.signal.signal_propagation: one row per variant, width,
 depth and layer). For each variant, the row of the last layer (layer == depth) at each depth, at
 the largest width in the file; shaded: ± one standard deviation over seeds. Covariance is on a log
-axis (symmetric-log if some value is not positive, e.g. shaped attention's near-zero covariance).
+axis (symmetric-log if some value is not positive, e.g. shaped attention's near-zero covariance: linear
+up to the power of ten above the largest negative value, so that noise around zero does not get decades of
+its own).
 Variants that are the same network at initialization (standard, frozen_qk, frozen_mlp, random
 share their weights) give identical curves; they are drawn once, named together.
 
@@ -17,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator
 
 from training import rundir
 
@@ -28,6 +32,7 @@ NAME = "signal_depth"
 GROUPS = ()  # draws RUNS_DIR/signal/signal.csv, not runs
 SIGNAL_FILE = Path(rundir.SIGNAL_FILE)
 REQUIRED = {"variant", "d_model", "depth", "layer", "cosine", "covariance"}
+MAX_DECADE_TICKS = 5  # labelled powers of ten on a symmetric-log covariance axis
 
 
 def read_signal(runs_dir: Path) -> pd.DataFrame:
@@ -62,6 +67,33 @@ def merge_identical(df: pd.DataFrame) -> list[tuple[str, list[str]]]:
     return [(v, members) for v, members, _ in groups]
 
 
+def symlog_threshold(values: np.ndarray) -> float:
+    """The power of ten at or above every negative value's size, so that values indistinguishable from zero
+    (e.g. MixiT without its sink head, ±1e-5) share the linear band around 0; without negatives, the power of
+    ten at or below the smallest positive value."""
+    negative = -values[values < 0]
+    if negative.size:
+        return float(10.0 ** np.ceil(np.log10(negative.max())))
+    positive = values[values > 0]
+    return float(10.0 ** np.floor(np.log10(positive.min()))) if positive.size else 1.0
+
+
+def covariance_scale(ax: Axes, values: np.ndarray) -> None:
+    """Log axis for positive covariances; else symmetric-log, linear within symlog_threshold, ticked at 0 and
+    at most MAX_DECADE_TICKS powers of ten above it (none below: the threshold covers every negative value)."""
+    values = values[np.isfinite(values)]
+    if values.size and (values > 0).all():
+        ax.set_yscale("log")
+    else:
+        threshold = symlog_threshold(values)
+        ax.set_yscale("symlog", linthresh=threshold, linscale=0.5)
+        top = int(np.ceil(np.log10(max(float(values.max(initial=0.0)), threshold))))
+        decades = np.arange(int(round(np.log10(threshold))), top + 1)
+        decades = decades[:: int(np.ceil(len(decades) / MAX_DECADE_TICKS))]
+        ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0 ** decades)]))
+    ax.margins(y=0.08)
+
+
 def plot(runs_dir: Path) -> Figure:
     df = read_signal(runs_dir)
     width = int(df["d_model"].iloc[0])
@@ -85,14 +117,9 @@ def plot(runs_dir: Path) -> Figure:
             value_ticks(ax, depths, log=len(depths) > 2 and depths[-1] / depths[0] >= 8)
             ax.set_xlabel("depth (layers)")
             ax.set_ylabel(ylabel)
-            if column == "covariance":
-                values = df[column].to_numpy(float)
-                if (values > 0).all():
-                    ax.set_yscale("log")
-                else:
-                    positive = np.abs(values[values != 0])
-                    ax.set_yscale("symlog", linthresh=float(positive.min()) if positive.size else 1e-6)
-                ax.margins(y=0.08)
+            if column == "covariance":  # the shaded band's lower edge counts too: it can dip below zero
+                low = df[column] - df.get(f"{column}_std", 0.0)
+                covariance_scale(ax, np.concatenate([df[column].to_numpy(float), low.to_numpy(float)]))
         legend_above(fig)
         n_seeds = int(df["n_seeds"].max()) if "n_seeds" in df else 1
         note = f"after the last layer, at initialization, d_model {width}"

@@ -178,9 +178,9 @@ def test_who_does_the_work_reads_every_seed_and_the_figure_draws_it(tmp_path):
     layers = who_does_the_work(runs, per_layer=True)
     assert sorted(layers["layer"].unique()) == [0, 1]
 
-    fig = figure.plot(tmp_path)
-    top = fig.axes[0]  # standard, accuracy lost under mean ablation
-    shown = top.images[0].get_array()
+    fig = figure.plot(tmp_path)  # one row of panels per task setting, a heatmap row per variant
+    panels = {ax.get_gid(): ax for ax in fig.axes if ax.get_gid()}
+    drops = panels["mean_drop|khop (2L)"].images[0].get_array()  # [variant, layer x (attention, MLP)]
     expect = layers[(layers["variant"] == "standard")].set_index(["layer", "component"])["mean_drop"]
-    assert shown[0, 0] == pytest.approx(expect[(0, "attention")]) and shown[0, 3] == pytest.approx(expect[(1, "MLP")])
-    assert [t.get_text() for t in top.get_xticklabels()] == ["L0 attention", "L0 MLP", "L1 attention", "L1 MLP"]
+    assert drops.shape == (2, 4)  # standard, mixit; L0 attention, L0 MLP, L1 attention, L1 MLP
+    assert drops[0, 0] == pytest.approx(expect[(0, "attention")]) and drops[0, 3] == pytest.approx(expect[(1, "MLP")])

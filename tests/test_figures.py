@@ -290,3 +290,255 @@ def test_beyond_figure_labels_grid_models(runs_dir):
     fig = figures.FIGURES["beyond"].plot(runs_dir)
     labels = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.get_yticklabels()]
     assert labels == ["MixiT", "mixit [attention mixing,softmax]"]
+
+
+# --------------------------------------------------------------------------- legibility: no text drawn over text
+OVERLAP_PX = 2.0  # text boxes (at the figure's 100 dpi) may touch by this much, as glyph boxes include blank space
+
+
+def drawn_texts(fig) -> list:
+    """The text artists a draw of `fig` actually renders (with paper_style, as save() draws), in drawing order:
+    tick labels of ticks in view, axis labels, titles, annotations, legend texts; empty ones left out."""
+    from matplotlib.text import Text
+
+    drawn, original = [], Text.draw
+
+    def record(self, renderer):
+        if self.get_visible() and self.get_text().strip():
+            drawn.append(self)
+        return original(self, renderer)
+
+    Text.draw = record
+    try:
+        with paper_style():
+            fig.canvas.draw()
+    finally:
+        Text.draw = original
+    return list(dict.fromkeys(drawn))
+
+
+def text_overlaps(fig) -> list[str]:
+    """'"a" over "b"' for each pair of drawn texts whose boxes overlap by more than OVERLAP_PX both ways."""
+    texts = drawn_texts(fig)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    found = []
+    for i, (a, box_a) in enumerate(zip(texts, boxes)):
+        for b, box_b in zip(texts[i + 1:], boxes[i + 1:]):
+            wide = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+            high = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+            if wide > OVERLAP_PX and high > OVERLAP_PX:
+                found.append(f"{a.get_text()!r} over {b.get_text()!r}")
+    return found
+
+
+@pytest.mark.parametrize("name", FIGURE_NAMES)
+def test_no_figure_draws_text_over_text(runs_dir, name):
+    fig = figures.FIGURES[name].plot(runs_dir)
+    assert text_overlaps(fig) == []
+
+
+def test_the_overlap_check_sees_text_drawn_over_text():
+    from figures.style import new_figure
+
+    with paper_style():
+        fig = new_figure()
+        ax = fig.add_subplot()
+        ax.text(0.5, 0.5, "first label")
+        ax.text(0.52, 0.5, "second label")
+        ax.text(0.1, 0.1, "apart")
+    assert text_overlaps(fig) == ["'first label' over 'second label'"]
+
+
+# --------------------------------------------------------------------------- each figure draws the data it names
+def _runs(runs_dir: Path, group: str) -> pd.DataFrame:
+    from analysis.runs import load_runs
+
+    runs = load_runs(runs_dir)
+    return runs[runs["group"] == group].reset_index(drop=True)
+
+
+def _data_lines(ax) -> list:
+    """The data line of each errorbar series in ax (plot_variant_lines draws one per variant)."""
+    from matplotlib.container import ErrorbarContainer
+
+    return [c.lines[0] for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def test_memorization_draws_each_runs_memory_analysis(runs_dir):
+    from analysis.runs import read_analysis_table
+
+    runs = _runs(runs_dir, "memorize")
+    memory = {p["n"] ** p["d"]: read_analysis_table(path, "memory").iloc[0]
+              for p, path in zip(runs["task_params"], runs["path"])}
+    keys = sorted(memory)
+    fig = figures.FIGURES["memorization"].plot(runs_dir)
+    for ax, column, scale in zip(fig.axes, ("accuracy", "bits", "bits_per_trainable_param"), (100, 1, 1)):
+        (line,) = _data_lines(ax)
+        assert list(line.get_xdata()) == keys
+        assert np.allclose(line.get_ydata(), [memory[k][column] * scale for k in keys]), column
+
+
+def test_lm_curves_draw_each_variants_eval_loss_against_step(runs_dir):
+    from analysis.runs import read_metrics
+
+    fig = figures.FIGURES["lm_curves"].plot(runs_dir)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    runs = _runs(runs_dir, "lm")
+    assert set(lines) == {variant_style(v).label for v in runs["variant"]}
+    for variant, path in zip(runs["variant"], runs["path"]):
+        metrics = read_metrics(path)
+        metrics = metrics[metrics["eval_loss"].notna()]
+        line = lines[variant_style(variant).label]
+        assert list(line.get_xdata()) == list(metrics["step"])
+        assert np.allclose(line.get_ydata(), metrics["eval_loss"])
+
+
+def test_speed_bars_are_each_variants_throughput(runs_dir):
+    speed = pd.read_csv(runs_dir / "speed" / "speed.csv")
+    fig = figures.FIGURES["speed"].plot(runs_dir)
+    ax = fig.axes[0]
+    heights = np.array([bar.get_height() for bar in ax.patches])
+    assert [t.get_text() for t in ax.get_xticklabels()] == [variant_style(v).label for v in speed["variant"]]
+    assert np.allclose(heights / heights[0], speed["tokens_per_s"] / speed["tokens_per_s"][0])
+    change = round(speed["relative_to_standard"][1] * 100)
+    assert [t.get_text() for t in ax.texts] == ["", f"{change:+d}%".replace("-", "−")]
+
+
+def test_depth_accuracy_draws_accuracy_at_each_depth(runs_dir):
+    runs = _runs(runs_dir, "depth").sort_values("n_layers")
+    fig = figures.FIGURES["depth_accuracy"].plot(runs_dir)
+    (line,) = _data_lines(fig.axes[0])
+    assert list(line.get_xdata()) == list(runs["n_layers"])
+    assert np.allclose(line.get_ydata(), runs["eval_acc"] * 100)
+
+
+def test_dynamics_draws_each_runs_head_scores_and_loss(runs_dir):
+    from training.rundir import DYNAMICS_FILE
+
+    fig = figures.FIGURES["dynamics"].plot(runs_dir)
+    heads, losses = fig.axes[:2]
+    drawn = [tuple(np.round(line.get_ydata(), 6)) for line in heads.get_lines()]
+    runs = _runs(runs_dir, "khop")
+    for path in runs["path"]:
+        table = pd.read_csv(Path(path) / DYNAMICS_FILE)
+        for score in ("task_induction", "top_previous_token"):
+            assert tuple(np.round(table[score], 6)) in drawn, score
+    assert len(heads.get_lines()) == 2 * len(runs) and len(losses.get_lines()) == len(runs)
+    assert list(heads.get_lines()[0].get_xdata())[:2] == [0.5, 1]  # step 0 drawn at 0.5 on the log axis
+
+
+def test_attention_maps_draw_attention_rows_of_one_example(runs_dir):
+    fig = figures.FIGURES["attention_maps"].plot(runs_dir)
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 4
+    n = images[0].get_array().shape[0]
+    assert all(im.get_array().shape == (n, n) for im in images)
+    for trained in images[:2]:  # the frozen_qk model's softmax rows, masked above the diagonal
+        pattern = trained.get_array()
+        assert np.allclose(pattern.sum(axis=1), 1, atol=1e-4) and pattern.mask[np.triu_indices(n, 1)].all()
+    assert len(fig.axes[2].get_xticklabels()) == n  # one token label per position (on the bottom row)
+
+
+def _panels(fig) -> dict:
+    return {ax.get_gid(): ax for ax in fig.axes if ax.get_gid()}
+
+
+def test_components_cells_are_the_analysis_medians(runs_dir):
+    from analysis.components import who_does_the_work
+    from analysis.runs import load_runs
+
+    work = who_does_the_work(load_runs(runs_dir), per_layer=True)
+    panels = _panels(figures.FIGURES["components"].plot(runs_dir))
+    tasks = {"khop (2L)": "khop(alphabet=4, hops=1, length=8)",  # row label: only the parameters that differ
+             "memorize n=2 (1L)": "memorize(d=2, n=2)", "memorize n=3 (1L)": "memorize(d=2, n=3)"}
+    assert set(panels) == {f"{value}|{label}" for value in ("mean_drop", "share") for label in tasks}
+    for gid, ax in panels.items():
+        value, label = gid.split("|")
+        mine = work[(work["task"] == tasks[label]) & (work["layer"] >= 0)]
+        rows = [variant_style(v).label for v in order_variants(mine["variant"])]
+        rows = rows if value == "mean_drop" else []  # the share panel has the same rows, unlabelled
+        assert [t.get_text() for t in ax.get_yticklabels()] == rows
+        _assert_cells(ax, mine, value)
+
+
+def _assert_cells(ax, rows: pd.DataFrame, value: str) -> np.ndarray:
+    """ax's heatmap is `value` of rows (one task setting of a who_does_the_work table): a row per variant, in the
+    figures' order, a column per layer and component (L0 attention, L0 MLP, L1 attention, ...), no other column."""
+    variants = order_variants(rows["variant"])
+    cells = ax.images[0].get_array().filled(np.nan)
+    assert cells.shape == (len(variants), 2 * int(rows["n_layers"].iloc[0]))
+    for row in rows.itertuples():
+        column = 2 * row.layer + (row.component == "MLP")
+        assert np.allclose(cells[variants.index(row.variant), column], getattr(row, value), equal_nan=True)
+    return cells
+
+
+QUICK_SETTINGS = [  # the quick preset's analysed task settings: (task, layers, width, variants)
+    ("addition", 2, 64, ["standard", "mixit", "random"]), ("addition", 6, 64, ["mixit", "random"]),
+    ("khop", 3, 64, ["standard", "frozen_qk", "mixit"]),
+    ("memorize", 2, 16, ["standard", "frozen_qk", "frozen_mlp", "mixit"]),
+    ("memorize", 2, 64, ["standard", "mixit"]), ("retrieval", 2, 64, ["standard", "frozen_qk", "frozen_mlp", "mixit"])]
+
+
+def _work_table(settings) -> pd.DataFrame:
+    """A who_does_the_work(per_layer=True) table with the widest numbers a cell shows (100, −0.5, 3.2)."""
+    drops, shares = (100.0, -2.5, 3.2, 0.04, 97.3), (-0.46, 1.23, 0.3, -0.04, 0.0)
+    rows = []
+    for task, layers, width, variants in settings:
+        for v in variants:
+            for layer in range(layers):
+                for k, component in enumerate(("attention", "MLP")):
+                    i = len(rows)
+                    rows.append({"task": task, "variant": v, "d_model": width, "n_layers": layers, "layer": layer,
+                                 "component": component, "mean_drop": drops[i % 5], "share": shares[i % 5 - k]})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("settings", [QUICK_SETTINGS, QUICK_SETTINGS[-1:], QUICK_SETTINGS[1:2]],
+                         ids=["quick", "2 layers", "6 layers"])
+def test_components_fit_each_setting_and_write_every_number_legibly(settings):
+    from figures.components import cell_text, draw
+
+    work = _work_table(settings)
+    fig = draw(work)
+    assert text_overlaps(fig) == []
+    assert fig.get_figwidth() <= 6.9 + 1e-9
+    panels = _panels(fig)
+    assert len(panels) == 2 * len(settings)
+    renderer = fig.canvas.get_renderer()
+    for task, layers, width, variants in settings:
+        several = sum(s[0] == task and s[1] == layers for s in settings) > 1
+        label = f"{task} ({layers}L, d{width})" if several else f"{task} ({layers}L)"
+        mine = work[(work["task"] == task) & (work["n_layers"] == layers) & (work["d_model"] == width)]
+        for value in ("mean_drop", "share"):
+            ax = panels[f"{value}|{label}"]
+            cells = _assert_cells(ax, mine, value)  # no empty column slots
+            assert ax.get_window_extent(renderer).width / cells.shape[1] >= 0.19 * fig.dpi  # cells >= 0.19 in
+            written = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+            assert len(written) == cells.size  # every number fits its cell
+            for (r, c), text in written.items():
+                assert text == cell_text(cells[r, c])
+
+
+def test_cell_numbers_are_short():
+    from figures.components import cell_text
+
+    assert [cell_text(v) for v in (97.3, 100.0, 3.24, 0.34, 0.04, -0.04, -0.46, 12.5, 3.0)] == [
+        "97", "100", "3.2", "0.3", "0", "0", "−0.5", "12", "3"]
+
+
+def test_signal_depth_keeps_near_zero_covariance_in_a_linear_band(tmp_path):
+    rows = [(v, depth, cov) for depth in (2, 4, 8, 16, 32)
+            for v, cov in (("random", 5.5e-4 * depth ** 1.5), ("mixit", 1.6e-3 * depth ** 0.5),
+                           ("mixit, no sink", (-1) ** depth * 2e-5 - 1.6e-5 * (depth == 32)))]
+    df = pd.DataFrame(rows, columns=["variant", "depth", "covariance"]).assign(
+        d_model=128, layer=lambda d: d["depth"], cosine=0.5, covariance_std=3e-5, cosine_std=0.01, n_seeds=3)
+    (tmp_path / "signal").mkdir()
+    df.to_csv(tmp_path / "signal" / "signal.csv", index=False)
+    fig = figures.FIGURES["signal_depth"].plot(tmp_path)
+    assert text_overlaps(fig) == []
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "symlog" and ax.yaxis.get_transform().linthresh == 1e-4  # above -1.6e-5 - 3e-5
+    ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    assert ticks == [0, 1e-4, 1e-3, 1e-2, 1e-1]
