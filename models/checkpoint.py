@@ -16,10 +16,9 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save_file
 
 from .config import LEGACY_DEFAULTS, ModelConfig
-from .files import atomic_directory, atomic_file, write_json
+from .files import atomic_directory, atomic_file, write_json, write_safetensors
 from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
 
 CONFIG_FILE = "config.json"
@@ -39,7 +38,7 @@ def write_model_files(model: torch.nn.Module, directory: Path) -> None:
     """Write model.safetensors, config.json (with the weights' SHA-256, checked on load) and (if the model has
     one) tokenizer.json into an existing directory."""
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
+    write_safetensors(state, directory / WEIGHTS_FILE, metadata={"format": FORMAT})
     write_json(
         directory / CONFIG_FILE,
         {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model.config.to_dict(),

@@ -33,6 +33,16 @@ def _usual_mode(path: Path, directory: bool) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
+def write_safetensors(tensors: dict[str, Any], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """Write `tensors` as a safetensors file with the mode `open()` would give it: safetensors' own writer
+    makes its files 0600 whatever the umask (checkpoints another account on a shared file system cannot read).
+    Written in place: call it inside an `atomic_directory`, as checkpoints are."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    _usual_mode(Path(path), directory=False)
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Yield a file handle whose contents replace `path` in one rename when the block ends without error.

@@ -377,6 +377,26 @@ def test_atomic_files_and_directories_get_the_modes_the_umask_gives(tmp_path, um
     assert (tmp_path / "checkpoint" / "weights.json").stat().st_mode & 0o777 == file_mode
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_every_file_of_a_run_follows_the_umask(tmp_path, umask):
+    # safetensors writes its files 0600 whatever the umask: the weights and the optimizer state must not be the
+    # only files of a run that another account on a shared file system cannot read.
+    out = tmp_path / "run"
+    code = (f"import os, sys; os.umask({umask:#o}); from cli.main import main; sys.exit(main(sys.argv[1:]))")
+    argv = ["train", "--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+            "--steps", "4", "--batch-size", "8", "--eval-every", "2", "--eval-samples", "16", "--device", "cpu",
+            "--out", str(out)]
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {"model.safetensors", "trainer_state.safetensors"} <= {p.name for p in files}
+    wrong = {str(p.relative_to(out)): oct(p.stat().st_mode & 0o777) for p in files
+             if p.stat().st_mode & 0o777 != 0o666 & ~umask}
+    assert not wrong, wrong
+    dirs = [p for p in out.rglob("*") if p.is_dir()]
+    assert all(p.stat().st_mode & 0o777 == 0o777 & ~umask for p in dirs), [oct(p.stat().st_mode) for p in dirs]
+
+
 @pytest.mark.parametrize("argv, named", [
     (["sweep", "examples/grid.yaml", "--d-mod", "32", "--dry-run"], "--d-mod"),
     (["train", "--task", "addition", "--out", "x", "--npr", "2"], "--npr"),

@@ -132,7 +132,7 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
         return
     path = Path(run_dir) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for every file
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

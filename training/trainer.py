@@ -29,12 +29,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
-from models.files import recover_directory, remove_leftovers
+from models.files import recover_directory, remove_leftovers, write_safetensors
 from models.freeze import hold_frozen_slices
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import Transformer, derive_seed
@@ -513,7 +513,7 @@ def _save_trainer_state(directory: Path, step: int, optimizer, stream: TrainStre
             tensors[f"stream.{key}"] = value.cpu().contiguous()
         else:
             stream_json[key] = value
-    save_file(tensors, str(directory / STATE_TENSORS))
+    write_safetensors(tensors, directory / STATE_TENSORS)
     write_json(
         directory / STATE_JSON,
         {"step": step, "param_groups": opt["param_groups"], "stream": stream_json, **extra},
