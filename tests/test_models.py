@@ -296,7 +296,7 @@ def test_failed_save_keeps_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(ck, "save_file", boom)
+    monkeypatch.setattr(ck, "write_safetensors", boom)
     with pytest.raises(OSError, match="disk full"):
         build_model(tiny_cfg(seed=1)).save_pretrained(tmp_path / "ckpt")
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
