@@ -11,7 +11,7 @@ checkpoint directory from `save_pretrained`) this writes a directory holding
                          for a bare checkpoint)
     signal.csv           analysis.signal.signal_propagation_model on the same inputs, for the
                          checkpoint ("checkpoint") and the same config freshly initialised ("init")
-    memory.csv           analysis.memory.memorized_bits (memorize task only)
+    memory.csv           analysis.memory.memorized_bits (memorisation tasks: `eval_is_train`, as memorize)
     ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
                          class loss and accuracy for classifiers)
     components.csv       analysis.components.component_effects on the task's eval set (algorithmic tasks:
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE
+from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE
 
 FORMAT = "mixit-lab/analysis"
 ANALYSIS_VERSION = 5  # bump when a definition changes, so cached results are recomputed
@@ -173,10 +173,16 @@ def _signal(ctx: AnalysisContext) -> AnalysisResult:
     })
 
 
+def _memorizes(task: Any) -> bool:
+    """Whether `task` is a memorisation task (its class's `eval_is_train`: the eval set is the whole training
+    set), whose memorized bits analysis.memory counts."""
+    return task is not None and type(task).eval_is_train
+
+
 def _memory_applies(ctx: AnalysisContext) -> str | None:
-    if ctx.task is not None and ctx.task.name == "memorize":
+    if _memorizes(ctx.task):
         return None
-    return ctx.task_note or f"memorized bits apply to the memorize task, not {ctx.task.name!r}"
+    return ctx.task_note or f"memorized bits apply to a memorisation task (eval_is_train), not {ctx.task.name!r}"
 
 
 def _memory(ctx: AnalysisContext) -> AnalysisResult:
@@ -223,7 +229,7 @@ def _components(ctx: AnalysisContext) -> AnalysisResult:
 
     tokens, mask = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
     r = component_effects(ctx.model, tokens, mask, ctx.task.metric, seed=ctx.options.seed,
-                          memorize_task=ctx.task if ctx.task.name == "memorize" else None)
+                          memorize_task=ctx.task if _memorizes(ctx.task) else None)
     return AnalysisResult({"components": r.table}, r.summary())
 
 
@@ -244,16 +250,18 @@ def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
 
 
 def _patching_applies(ctx: AnalysisContext) -> str | None:
-    from .patching import PATCHABLE
+    """analysis.patching decides which tasks it builds pairs for (`can_patch`); this adds what the task's own
+    settings rule out: more than one hop, or too few letters to corrupt one."""
+    from .patching import can_patch
 
     if ctx.task is None:
         return ctx.task_note
     if callable(getattr(ctx.task, "patching_pairs", None)):  # a task of one's own that builds its own pairs
         return None
-    if ctx.task.name not in PATCHABLE or getattr(ctx.task, "hops", 1) != 1:
+    if not can_patch(ctx.task) or getattr(ctx.task, "hops", 1) != 1:
         return (f"activation patching applies to retrieval, 1-hop k-hop and tasks with a patching_pairs method, "
                 f"not {ctx.task.name!r}")
-    if ctx.task.name == "khop" and ctx.task.alphabet < 4:
+    if getattr(ctx.task, "alphabet", 4) < 4:
         # The corrupted letter must differ from the source letter and both its neighbours.
         return f"k-hop patching needs an alphabet of at least 4 letters, not {ctx.task.alphabet}"
     return None
@@ -352,10 +360,10 @@ def analyze_checkpoint(
         "options": options_json,
         "model": model.config.to_dict(),
         "params": model.parameter_counts(),
-        "task": info.get("task") if info else None,
+        "task": info.to_dict().get("task") if info else None,  # run.json's task section, as written
         "computed": list(tables),
         "skipped": skipped,
-        "tables": {name: f"{name}.csv" for name in tables},
+        "tables": {name: ANALYSIS_TABLE.format(name) for name in tables},
         "summary": {name: r.summary for name, r in ctx.results.items()},
         "elapsed_s": round(time.perf_counter() - started, 3),
         "device": str(model.cfg.device),
@@ -364,7 +372,7 @@ def analyze_checkpoint(
     }
     with atomic_directory(out_dir) as tmp:
         for name, df in tables.items():
-            df.to_csv(tmp / f"{name}.csv", index=False)
+            df.to_csv(tmp / ANALYSIS_TABLE.format(name), index=False)
         write_json(tmp / ANALYSIS_FILE, _jsonable(result))
     return "computed", _jsonable(result)
 
@@ -406,8 +414,9 @@ def _load_task(ref, model) -> tuple[Any, str | None]:
         return None, f"task of this run cannot be rebuilt ({e})"
     except (KeyError, TypeError, ValueError, OSError) as e:
         return None, f"task of this run cannot be rebuilt ({e})"
-    saved = (info.get("task") or {}).get("data_fingerprint")
-    if saved is not None and saved != task.data_fingerprint:
+    try:
+        info.check_data(task)
+    except ValueError:
         return None, f"the {task.name} data differ from those the run was trained on"
     if task.d_vocab != model.cfg.d_vocab or task.seq_len > model.cfg.n_ctx:
         return None, (f"task {task.name!r} (d_vocab {task.d_vocab}, seq_len {task.seq_len}) does not fit the model "

@@ -33,13 +33,16 @@ import pandas as pd
 import torch
 
 from .common import layer_attention_kinds, pattern_hook
-from models.checkpoint import CONFIG_FILE
+from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from training.rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST, METRICS_FILE, RUN_FILE,
-    SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
+    ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST,
+    METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
     read_metric_records,
 )
+from training.rundir import read_run_info as _read_run_info
+from training.runinfo import RunInfo
 
+from .heads import HEAD_SCORES
 from .runs import COLUMNS, load_run
 
 RUN_COLUMNS = [*COLUMNS, "size"]
@@ -47,15 +50,7 @@ SHOWN_HEAD_SEQS = 32  # repeated sequences of head scores computed on the fly (m
 SHOWN_COMPONENT_ROWS = 64  # eval rows of a components table computed on the fly (mixit analyze stores more)
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
 
-# The head scores the explorer shows, as stored by analysis.heads (column -> label).
-HEAD_SCORES = {
-    "induction": "induction",
-    "previous_token": "previous-token",
-    "first_token": "sink (first token)",
-    "copying": "copying",
-    "duplicate_token": "duplicate-token",
-    "current_token": "current-token",
-}
+# HEAD_SCORES (the head scores the explorer shows, column -> name) is analysis.heads' vocabulary, re-exported.
 
 
 class OutsideRoot(ValueError):
@@ -96,7 +91,7 @@ def _stat(path: Path) -> tuple[int, int] | None:
 # --------------------------------------------------------------------------- runs
 _ROW_CACHE: dict[str, tuple[tuple, dict[str, Any]]] = {}
 _STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FILE}",
-            f"{CHECKPOINT_DIR}/model.safetensors")
+            f"{CHECKPOINT_DIR}/{WEIGHTS_FILE}")
 
 
 def _progress_from_metrics(run_dir: Path) -> dict[str, Any]:
@@ -156,12 +151,11 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: unreadable ({e})") from None
 
 
-def read_run_info(root: Path, run_dir: str | Path) -> dict[str, Any]:
-    """The run's run.json (config, task, command, provenance); ValueError if unreadable."""
-    info = _read_json(inside(root, Path(run_dir) / RUN_FILE))
-    if not isinstance(info.get("train"), dict) or "task" not in info["train"]:
-        raise ValueError(f"{Path(run_dir) / RUN_FILE}: no 'train' section naming the task")
-    return info
+def read_run_info(root: Path, run_dir: str | Path) -> RunInfo:
+    """The run's run.json (config, task, command, provenance) as a RunInfo (training.rundir.read_run_info, also a
+    Mapping of the file's sections); ValueError naming the file if it is damaged, OutsideRoot if it lies outside."""
+    inside(root, Path(run_dir) / RUN_FILE)
+    return _read_run_info(inside(root, run_dir))
 
 
 def read_run_metrics(root: Path, run_dir: str | Path) -> pd.DataFrame:
@@ -186,7 +180,7 @@ def read_run_table(root: Path, run_dir: str | Path, name: str) -> pd.DataFrame |
 
     if not re.fullmatch(r"[a-z_]+", name):
         raise ValueError(f"analysis table name {name!r}: allowed are lower-case letters and '_'")
-    inside(root, Path(run_dir) / ANALYSIS_DIR / f"{name}.csv")
+    inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name))
     return read_analysis_table(inside(root, run_dir), name)
 
 
@@ -236,10 +230,11 @@ def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
 
 
 @lru_cache(maxsize=32)
-def _task(run_dir: str, info_json: str):
+def _task(run_dir: str, stamp: tuple | None):
+    """The run's task, rebuilt once per version of its run.json (`stamp`: its modification time and size)."""
     from training import run_task as rebuild
 
-    return rebuild(run_dir, json.loads(info_json))
+    return rebuild(run_dir)
 
 
 def run_task(root: Path, run_dir: str | Path):
@@ -248,7 +243,7 @@ def run_task(root: Path, run_dir: str | Path):
     info = read_run_info(root, run_dir)
     if _task_class(info).needs_corpus:  # its corpus lies outside the runs directory
         return None
-    return _task(str(inside(root, run_dir)), json.dumps(info, sort_keys=True))
+    return _task(str(inside(root, run_dir)), _stat(info.path))
 
 
 def can_patch_run(root: Path, run_dir: str | Path) -> bool:
@@ -264,11 +259,11 @@ def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
     cls = _task_class(info)
     if not cls.is_classifier():
         return None
-    return [str(c) for c in (info["train"].get("task_params") or {}).get("classes") or cls.default_classes]
+    return [str(c) for c in (info.train.get("task_params") or {}).get("classes") or cls.default_classes]
 
 
-def _task_class(info: dict):
-    """The task class of a run (its run.json contents); the base Task (no corpus, not a classifier) for one
+def _task_class(info: RunInfo):
+    """The task class of a run (its RunInfo); the base Task (no corpus, not a classifier) for one
     that cannot be found."""
     from training.run import run_task_class
 
@@ -562,7 +557,7 @@ def default_position(example: Example) -> int:
 
 # --------------------------------------------------------------------------- parameters
 def parameter_table(model) -> pd.DataFrame:
-    """Trainable and frozen parameters per component (embed, attn_qk, attn_vo, attn_mix, mlp, norm, unembed, ...)."""
+    """Trainable and frozen parameters per component of models.config.COMPONENTS (embed, pos, qk, v, o, mix, ...)."""
     df = pd.DataFrame(model.parameter_table())
     df["total"] = df["trainable"] + df["frozen"]
     return df

@@ -93,11 +93,14 @@ LABEL_THRESHOLDS: dict[str, float] = {
     "first_token": 0.4,
     "current_token": 0.5,
 }
-LABEL_NAMES = {
+# The head-score vocabulary: each score column of a heads table -> the name of the kind of head it marks, which is
+# the head's `label` (for a score with a threshold) and what the explorer shows. Explorer order.
+HEAD_SCORES: dict[str, str] = {
     "induction": "induction",
     "previous_token": "previous-token",
-    "duplicate_token": "duplicate-token",
     "first_token": "sink",
+    "copying": "copying",
+    "duplicate_token": "duplicate-token",
     "current_token": "current-token",
 }
 COLUMNS = ["layer", "head", *SCORES, "copying", "label"]
@@ -184,7 +187,7 @@ def label_heads(scores: pd.DataFrame) -> pd.Series:
     def label(row) -> str:
         for name, threshold in LABEL_THRESHOLDS.items():
             if row[name] >= threshold:
-                return LABEL_NAMES[name]
+                return HEAD_SCORES[name]
         return "none"
 
     return scores.apply(label, axis=1)

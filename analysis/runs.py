@@ -19,11 +19,11 @@ import pandas as pd
 
 from models.checkpoint import WEIGHTS_FILE
 from models.config import grid_label
+from training.run import analysis_summary, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
 from training.rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, CHECKPOINT_DIR, RUN_FILE, SUMMARY_FILE, find_runs, group_of, read_json,
-    read_metric_records,
+    ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
 )
-from training.trainer import resolved_warmup
+from training.trainer import TrainConfig
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
@@ -42,8 +42,10 @@ def task_label(task: str, params: dict[str, Any]) -> str:
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]:
-    """One run as a row (see COLUMNS). Status: finished | diverged | error (from summary.json),
-    running (no summary yet: interrupted or in progress) or corrupt (unreadable run.json/summary.json)."""
+    """One run as a row (see COLUMNS), from its RunRecord (training.run.read_run_record). Status: finished |
+    diverged | error | ... (from summary.json), running (no summary yet: interrupted or in progress) or corrupt
+    (a damaged run.json or summary.json). `error` holds why a run did not finish: summary.json's message for any
+    status but finished, the damaged file's name and what is wrong with it for a corrupt one."""
     path = Path(path)
     rel = path.relative_to(root) if root is not None and path != Path(root) else Path(path.name)
     row: dict[str, Any] = {c: None for c in COLUMNS}
@@ -51,41 +53,33 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
     row.update(run=str(rel.as_posix()), group=group_of(study), study=study, path=str(path))
     row["has_checkpoint"] = (path / CHECKPOINT_DIR / WEIGHTS_FILE).is_file()
     row["has_analysis"] = (path / ANALYSIS_DIR / ANALYSIS_FILE).is_file()
-    reading = path / RUN_FILE  # named in the error message
     try:
-        info = read_json(reading)
-        train = info["train"]
-        params = dict(train.get("task_params") or {})
-        extra = train.get("model_extra") or {}
-        row.update(
-            variant=grid_label(train["variant"], extra.get("freeze", ()), extra.get("attention", ())),
-            task=train["task"], task_params=params,
-            task_label=task_label(train["task"], params),
-            **{k: train.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size",
-                                         "weight_decay")},
-            warmup_steps=resolved_warmup(train["steps"], train.get("warmup_steps"))
-            if isinstance(train.get("steps"), int) else None,
-        )
-        summary_path = path / SUMMARY_FILE
-        if summary_path.is_file():
-            reading = summary_path
-            summary = read_json(summary_path)
-            row["status"] = summary.get("status", "finished")
-            for key in ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
-                        "params_trainable", "params_frozen", "params_total", "precision"):
-                row[key] = summary.get(key)
-            if row["status"] == "error":
-                row["error"] = summary.get("message")
-        else:
-            row["status"] = "running"
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        row["status"] = "corrupt"
-        row["error"] = f"{reading.name}: {type(e).__name__}: {e}"
+        record = read_run_record(path)
+    except (OSError, ValueError) as e:
+        row.update(status="corrupt", error=str(e))
+        return row
+    row.update(_config_columns(record.train), **record.metrics, status=record.status)
+    if record.status not in ("finished", "running"):
+        row["error"] = record.message
     return row
 
 
+def _config_columns(train: TrainConfig) -> dict[str, Any]:
+    """The columns that say what a run is: variant (with its grid settings), task, size and optimiser."""
+    extra = train.model_extra
+    return dict(
+        variant=grid_label(train.variant, extra.get("freeze", ()), extra.get("attention", ())),
+        task=train.task, task_params=dict(train.task_params), task_label=task_label(train.task, train.task_params),
+        d_model=train.d_model, n_layers=train.n_layers, n_heads=train.n_heads, lr=train.lr, seed=train.seed,
+        steps=train.steps, batch_size=train.batch_size, weight_decay=train.weight_decay, warmup_steps=train.warmup,
+    )
+
+
 def load_runs(root: str | Path) -> pd.DataFrame:
-    """All runs below `root`, one row each (see COLUMNS); an empty frame with those columns if none."""
+    """All runs below `root`, one row each (see COLUMNS); an empty frame with those columns if none.
+
+    One walk of the folder and one read of each run's files: a caller that needs the table several times
+    (the report, the figures) builds it once and passes it on."""
     root = Path(root)
     rows = [load_run(p, root) for p in find_runs(root)]
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -97,17 +91,14 @@ def read_metrics(run_dir: str | Path) -> pd.DataFrame:
     return df.sort_values("step", kind="stable").reset_index(drop=True) if len(df) else df
 
 
-def read_analysis(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's analysis/analysis.json (from `mixit analyze`), or None if absent or unreadable."""
-    try:
-        return read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
+def memory_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """The memorization result of a run's analysis (analysis.json's summary "memory"), or None."""
+    return analysis_summary(read_analysis(run_dir), "memory")
 
 
 def read_analysis_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
     """One analysis table (heads, attention, signal, memory, ablation, in_context_loss), or None."""
-    path = Path(run_dir) / ANALYSIS_DIR / f"{name}.csv"
+    path = Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name)
     try:
         return pd.read_csv(path)
     except (OSError, ValueError):

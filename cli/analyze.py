@@ -9,17 +9,19 @@ recomputes it.
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 from pathlib import Path
 from typing import Any
 
-from analysis.analyze import ABLATION_METHODS, AnalysisOptions
+from analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoint
 from models.checkpoint import CheckpointError
 from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
 
-from .common import CLIError, path_arg
+from .common import CLIError, input_errors, path_arg
 
-DEFAULTS = AnalysisOptions()
+DEFAULTS = AnalysisOptions()  # the one set of analysis defaults: the options below start here
+DEVICE = inspect.signature(analyze_checkpoint).parameters["device"].default  # "auto"
 
 
 def register(subparsers) -> None:
@@ -39,7 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples, help="eval-set rows for head ablation")
     p.add_argument("--ablation", choices=ABLATION_METHODS, default=DEFAULTS.ablation, help="head ablation method")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
+    p.add_argument("--device", default=DEVICE, help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     p.add_argument("--force", action="store_true", help="recompute even if a cached analysis matches")
     p.add_argument("--checkpoints", dest="kept", action="store_true",
                    help="also score every checkpoint the run kept (mixit train --keep-checkpoints): head scores "
@@ -49,6 +51,17 @@ def register(subparsers) -> None:
 def _options(args: argparse.Namespace) -> AnalysisOptions:
     return AnalysisOptions(n_seqs=args.n_seqs, seq_len=args.seq_len, eval_samples=args.eval_samples,
                            ablation=args.ablation, seed=args.seed)
+
+
+def _check_device(name: str) -> None:
+    """ValueError unless `name` is a device this machine has (pick_device); torch's own error for a misspelled
+    one is a RuntimeError, turned into a ValueError naming what is allowed."""
+    from training.trainer import pick_device
+
+    try:
+        pick_device(name)
+    except RuntimeError:
+        raise ValueError(f"--device={name!r} is not one of: auto, cpu, cuda, cuda:N, mps") from None
 
 
 def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[str, Any]:
@@ -99,19 +112,16 @@ def _score_kept(args: argparse.Namespace, refs) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from analysis.analyze import analyze_checkpoint
     from training.rundir import find_checkpoint
 
     for name in ("n_seqs", "seq_len", "eval_samples"):
         value = getattr(args, name)
         if value < (2 if name == "seq_len" else 1):
             raise CLIError(f"mixit analyze: error: --{name.replace('_', '-')}={value} must be >= {2 if name == 'seq_len' else 1}")
-    refs = []
-    for path in args.checkpoints:
-        try:
-            refs.append((path, find_checkpoint(path)))
-        except (FileNotFoundError, ValueError) as e:
-            raise CLIError(f"mixit analyze: error: {e}") from None
+    with input_errors("analyze"):  # the options, the device and every checkpoint, before anything is analysed
+        _options(args)
+        _check_device(args.device)
+        refs = [(path, find_checkpoint(path)) for path in args.checkpoints]
     if args.out is not None:
         names = [ref.name for _, ref in refs]
         dup = sorted({n for n in names if names.count(n) > 1})

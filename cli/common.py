@@ -1,18 +1,47 @@
-"""What every subcommand shares: `CLIError`, the one-line argument parser, the exit codes."""
+"""What every subcommand shares: `CLIError`, the input boundary (`input_errors`), the one-line argument parser,
+the exit codes.
+
+The exit-code boundary. A handler first validates the user's input (options, files, the preset, the task and
+model they describe) and only then starts work (training, analysing, drawing). Library code says "no" with a
+ValueError (or a subclass: CheckpointError, SettingsChanged, TaskImportError, ...) or a FileNotFoundError:
+
+- raised while validating, inside `with input_errors(command):`, it is the user's mistake: `CLIError`, one
+  line on stderr, exit 2 (EXIT_USAGE). So is a CLIError a handler raises itself, and an OSError (permission,
+  no space, a file where a directory belongs) anywhere;
+- raised once work has started, it is not caught: a traceback and exit 1, a bug to report, like any other
+  exception. A run that fails (TrainingDiverged; a sweep's or reproduction's failed runs or figures, which
+  they list) is exit 1 (EXIT_FAILED) with one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import Iterator
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # a run failed or diverged, a figure failed
+EXIT_FAILED = 1  # a run failed or diverged, a figure failed (one line); or a bug (a traceback)
 EXIT_USAGE = 2  # a bad option, value, file or preset: one line on stderr
 EXIT_INTERRUPTED = 130  # Ctrl-C
+
+# What library code raises for input it refuses; inside `input_errors`, the user's mistake (exit 2).
+INPUT_ERRORS: tuple[type[Exception], ...] = (ValueError, FileNotFoundError)
 
 
 class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
+
+
+@contextlib.contextmanager
+def input_errors(command: str) -> Iterator[None]:
+    """Validate the user's input inside this block, before work starts: an INPUT_ERRORS exception raised in it
+    becomes a CLIError, `mixit COMMAND: error: MESSAGE` (one line, exit 2). Outside it, they are bugs (exit 1)."""
+    try:
+        yield
+    except INPUT_ERRORS as e:
+        message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the message holds
+        raise CLIError(f"mixit {command}: error: {message}") from None
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -55,7 +84,7 @@ def executor_from_args(args: argparse.Namespace, workers: int):
 
     if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or args.gpus_per_run != 0.0):
         raise CLIError(f"mixit {args.command}: error: --address, --cpus-per-run and --gpus-per-run need --executor ray")
-    try:
+    with input_errors(args.command):
         executor = Executor(args.executor, workers, args.address, args.cpus_per_run, args.gpus_per_run)
         if executor.kind == "ray":
             check_ray()
@@ -68,6 +97,4 @@ def executor_from_args(args: argparse.Namespace, workers: int):
                     raise ValueError(f"--gpus-per-run={executor.gpus_per_run:g} without --address starts Ray on this "
                                      f"machine, which has {gpus} GPU{'s' * (gpus != 1)}; allowed: 0..{gpus}, or join "
                                      "a cluster with --address")
-    except ValueError as e:
-        raise CLIError(f"mixit {args.command}: error: {e}") from None
     return executor

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from models import VARIANTS
+from models import VARIANTS, CheckpointError
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
 from training.tasks import TASKS, is_import_path, load_task_class, register_task, task_parameters
@@ -33,10 +33,10 @@ from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingD
 from . import analyze, app, figures, reproduce
 from .common import (
     EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser, add_executor_options, executor_from_args,
-    path_arg,
+    input_errors, path_arg,
 )
 
-DEFAULTS = TrainConfig()
+DEFAULTS = TrainConfig()  # the one set of training defaults: every option below that sets a field starts here
 COMMAND_MODULES = (analyze, figures, reproduce, app)  # after train and sweep; each provides register(subparsers)
 
 
@@ -111,15 +111,17 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
-    parser.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of --steps")
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps, help="default: 5%% of --steps")
     parser.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     parser.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
     parser.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every)
-    parser.add_argument("--eval-samples", type=int, default=None, help="default: the task's held-out set size")
-    parser.add_argument("--checkpoint-every", type=int, default=None, help="default: every eval")
-    parser.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
+    parser.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples,
+                        help="default: the task's held-out set size")
+    parser.add_argument("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every, help="default: every eval")
+    parser.add_argument("--device", default=DEFAULTS.device,
+                        help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
     parser.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
-    parser.add_argument("--keep-checkpoints", type=int, default=0, metavar="N",
+    parser.add_argument("--keep-checkpoints", type=int, default=DEFAULTS.keep_checkpoints, metavar="N",
                         help="also keep the model at initialization and at N log-spaced steps up to the last, in "
                              "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)")
     parser.add_argument("--tracker", choices=TRACKERS, default="none",
@@ -184,7 +186,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             raise CLIError(f"mixit train: error: --attention given {len(attention) + ('attention' in extra)} times; give each layer's "
                            "attention once, comma-separated (e.g. --attention mixing,softmax)")
         extra["attention"] = attention[0]
-    try:
+    with input_errors(args.command):
         return TrainConfig(
             steps=args.steps,
             batch_size=args.batch_size,
@@ -201,8 +203,6 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             model_extra=extra,
             **fields,
         )
-    except ValueError as e:
-        raise CLIError(str(e)) from None
 
 
 def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -237,9 +237,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--task", required=True, type=_task_arg, metavar="TASK",
                    help=f"one of {', '.join(TASKS)}, or your own Task class: package.module:Class (found from the "
                         "current directory) or path/to/file.py:Class")
-    p.add_argument("--variant", default="standard", choices=list(VARIANTS), metavar="VARIANT",
+    p.add_argument("--variant", default=DEFAULTS.variant, choices=list(VARIANTS), metavar="VARIANT",
                    help=f"one of {', '.join(VARIANTS)}")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
     p.add_argument("--out", required=True, type=path_arg, help="run directory (e.g. checkpoints/NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -297,7 +297,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args, task=args.task, task_params=_task_params(args, args.task), variant=args.variant, seed=args.seed,
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
     )
-    try:
+    with input_errors("train"):
         # Validate the task, the model shape and the tracker before writing the run directory
         # (the token cache is where train() looks for it).
         task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
@@ -307,16 +307,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                              f"{task.name!r} holds out here; allowed: 1..{task.held_out_size}")
         check_tracker(args.tracker)
         pick_device(cfg.device)  # a GPU asked for and not there is bad input too
-    except ValueError as e:
-        raise CLIError(f"mixit train: error: {e}") from None
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        "drop --resume to start one")
     if args.nproc != 1:
         return _launch_torchrun(args)
-    try:
+    try:  # what train() refuses before its first step: the run directory given is not one it may (re)start
         summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet, tracker=args.tracker)
-    except (FileExistsError, SettingsChanged, RunLocked) as e:
+    except (FileExistsError, SettingsChanged, RunLocked, CheckpointError) as e:
         raise CLIError(f"mixit train: error: {e}") from None
     if Ranks.from_env().main:  # under torchrun, rank 0 speaks for the run
         print(
@@ -369,27 +367,23 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from training.sweep import build_grid, run_sweep
 
-    try:
+    with input_errors("sweep"):
         # the token cache is shared by the runs, which live in args.out
         runs = build_grid(args.grid, _grid_overrides(args, args.argv), cache_dir=args.out / DATA_CACHE_DIR)
-    except ValueError as e:
-        raise CLIError(f"mixit sweep: error: {e}") from None
     if args.dry_run:
         for name, _ in runs:
             print(name)
         return 0
     if args.workers < 1:
         raise CLIError(f"mixit sweep: error: --workers={args.workers} must be >= 1")
-    try:
+    with input_errors("sweep"):
         for device in {cfg.device for _, cfg in runs}:
             pick_device(device)
-    except ValueError as e:
-        raise CLIError(f"mixit sweep: error: {e}") from None
+        check_tracker(args.tracker)
     executor = executor_from_args(args, args.workers)
     try:
-        check_tracker(args.tracker)
         summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)
-    except ValueError as e:  # a missing tracker package, or SettingsChanged
+    except SettingsChanged as e:  # found before any run trains: a run directory trained with other settings
         raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")
                if c in summary]
@@ -416,12 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         args.argv = argv
         return args.handler(args)
-    except CLIError as e:
+    except CLIError as e:  # the user's mistake, found before work started (cli.common: the input boundary)
         print(e, file=sys.stderr)
         return EXIT_USAGE
-    except (TrainingDiverged, ValueError, FileNotFoundError) as e:
+    except (TrainingDiverged, FileNotFoundError) as e:  # the run failed, or a file it needed went away meanwhile
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    # A ValueError (or anything else) that reaches here was raised after work started: a bug, a traceback, exit 1.
     except OSError as e:  # permission, not a directory, no space, read-only file system: one line naming the path
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

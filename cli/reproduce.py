@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from .common import CLIError, add_executor_options, executor_from_args, path_arg
+from .common import add_executor_options, executor_from_args, input_errors, path_arg
 
 
 def register(subparsers) -> None:
@@ -44,40 +44,29 @@ def register(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from reproduce.pipeline import check_not_stale, choose_text, load_preset, preset_runs, reproduce
+    """Resolve the preset, its corpora and runs once (every input error before anything trains, --dry-run too),
+    then run the pipeline on that plan."""
+    from reproduce.pipeline import load_preset, plan_reproduction, reproduce
     from training.trackers import check_tracker
 
-    try:
+    with input_errors("reproduce"):  # the preset whole (every block), the corpora, runs trained otherwise
         preset = load_preset(args.preset)
-    except ValueError as e:
-        raise CLIError(f"mixit reproduce: error: {e}") from None
-    if args.precision is not None:
-        preset = preset.with_train(precision=args.precision)
-    if args.workers is not None and args.workers < 1:
-        raise CLIError(f"mixit reproduce: error: --workers={args.workers} must be >= 1")
-    executor = executor_from_args(args, args.workers or os.cpu_count() or 1)
-    try:
+        if args.precision is not None:
+            preset = preset.with_train(precision=args.precision)
+        if args.workers is not None and args.workers < 1:
+            raise ValueError(f"--workers={args.workers} must be >= 1")
+        executor = executor_from_args(args, args.workers or os.cpu_count() or 1)
         check_tracker(args.tracker)
-    except ValueError as e:
-        raise CLIError(f"mixit reproduce: error: {e}") from None
-    name = preset.name
-    out = args.out or Path("runs") / name
-    try:  # bad input is found before anything runs: a corpus, a value of the preset, a run trained otherwise
-        text = {k: choose_text(k, args.text_file if k == "lm" else args.sentiment_file) for k in preset.text_kinds()}
-        runs = preset_runs(preset, text)
-        for run, cfg in runs:
-            check_not_stale(out / run, cfg)
-    except (ValueError, FileNotFoundError) as e:
-        raise CLIError(f"mixit reproduce: error: {e}") from None
+        out = args.out or Path("runs") / preset.name
+        plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run)
     if args.dry_run:
-        for run, cfg in runs:
+        for run, cfg in plan.runs:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
-        print(f"{len(runs)} runs into {out}")
+        print(f"{len(plan.runs)} runs into {out}")
         return 0
     manifest = reproduce(
-        preset, out, args.report_dir or Path("reports") / name, args.figures_dir or Path("figures/out") / name,
-        workers=args.workers, executor=executor, tracker=args.tracker, text_files=args.text_file,
-        sentiment_files=args.sentiment_file,
-        progress=not args.quiet,
+        preset, out, args.report_dir or Path("reports") / preset.name,
+        args.figures_dir or Path("figures/out") / preset.name,
+        workers=args.workers, executor=executor, tracker=args.tracker, progress=not args.quiet, plan=plan,
     )
     return 1 if manifest.get("failed_runs") or manifest.get("failed_figures") else 0

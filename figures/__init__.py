@@ -1,23 +1,29 @@
 """Publication figures of a reproduction: one module per figure, drawn from a directory of runs.
 
-    from figures import FIGURES, make_all
+    from figures import FIGURES, Runs, make_all
     results = make_all("runs/quick", "figures/out/quick")     # name -> [png, pdf] or "skip reason"
-    fig = FIGURES["retrieval_pairs"].plot(Path("runs/quick"))  # a matplotlib Figure
+    fig = FIGURES["retrieval_pairs"].plot(Runs("runs/quick"))  # a matplotlib Figure
 
 Each module (`python -m figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
-`plot(runs_dir) -> Figure`, raising `figures.common.NoData` when the directory has nothing for
-it, and `GROUPS`, the study groups whose runs it draws (empty for a figure of the runs folder's
-own data, such as signal/signal.csv); `figures_for_group` answers from them. Figures only read run directories and their analyses; they never train. Looks (variant names,
-colours, fonts, sizes) come from figures.style.
+`plot(runs: Runs) -> Figure`, raising `figures.common.NoData` when the runs have nothing for it, and
+`GROUPS`, the study groups whose runs it draws (empty for a figure of the runs folder's own data, such
+as signal/signal.csv); `figures_for_group` answers from them. A `Runs` (figures.common) is the runs
+folder and its table of runs (analysis.runs.load_runs), read once: `make_all` builds one and every
+figure draws from it (`plot` also takes a folder, read into a Runs of its own). Figures only read run
+directories and their analyses; they never train. Looks (variant names, colours, fonts, sizes) come
+from figures.style.
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .common import NoData
+from .common import NoData, Runs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIGURE_NAMES = (
     "task_accuracy",
@@ -71,13 +77,14 @@ class FigureError(RuntimeError):
 
 
 def make_all(
-    runs_dir: str | Path, out_dir: str | Path, only: Iterable[str] | None = None
+    runs_dir: str | Path, out_dir: str | Path, only: Iterable[str] | None = None, *, runs: pd.DataFrame | None = None
 ) -> dict[str, list[Path] | str]:
     """Draw every figure (or those named in `only`) from runs_dir into out_dir as PNG and PDF.
 
-    Returns name -> the files written, or the one-line reason it was skipped (NoData). Any other
-    error in a figure does not stop the others: they are all drawn first, then a FigureError names
-    the figures that failed (the first error is its cause).
+    The runs below runs_dir are read once (on first use), for every figure; `runs` is that table
+    (analysis.runs.load_runs(runs_dir)) when the caller already has it. Returns name -> the files written,
+    or the one-line reason it was skipped (NoData). Any other error in a figure does not stop the others:
+    they are all drawn first, then a FigureError names the figures that failed (the first error is its cause).
     """
     from .style import save
 
@@ -85,12 +92,12 @@ def make_all(
     unknown = [n for n in names if n not in FIGURE_NAMES]
     if unknown:
         raise ValueError(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURE_NAMES)}")
-    runs_dir = Path(runs_dir)
+    shared = Runs(runs_dir, runs)
     results: dict[str, list[Path] | str] = {}
     failures: list[tuple[str, BaseException]] = []
     for name in names:
         try:
-            fig = importlib.import_module(f"{__name__}.{name}").plot(runs_dir)
+            fig = importlib.import_module(f"{__name__}.{name}").plot(shared)
             results[name] = save(fig, out_dir, name)
         except NoData as e:
             results[name] = str(e)
@@ -99,7 +106,6 @@ def make_all(
     if failures:
         raise FigureError(results, failures) from failures[0][1]
     return results
-
 
 
 def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None) -> int:
@@ -139,4 +145,5 @@ def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] |
     return 1 if failures else 0
 
 
-__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "draw_and_list", "figures_for_group", "make_all"]
+__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "Runs", "draw_and_list", "figures_for_group",
+           "make_all"]

@@ -31,7 +31,7 @@ from matplotlib.patches import Rectangle
 
 from analysis.runs import read_analysis_table
 
-from .common import NoData, finished_runs, param
+from .common import NoData, Runs, as_runs, finished_runs, param
 from .style import COLUMN_WIDTH, DIVERGING_CMAP, new_figure, paper_style, variant_label
 
 NAME = "attention_maps"
@@ -107,11 +107,12 @@ def choose_heads(model, task, run_dir: Path) -> dict:
             "query": int(query[b]), "value_pos": int(value_pos[b]), "correct": bool(correct[b])}
 
 
-def plot(runs_dir: Path) -> Figure:
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     from models import build_model, load_model
     from training import run_task
 
-    runs = finished_runs(runs_dir)
+    runs = finished_runs(as_runs(runs))
     runs = runs[runs["task"] == "retrieval"]
     if runs["group"].isin(GROUPS).any():
         runs = runs[runs["group"].isin(GROUPS)]

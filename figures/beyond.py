@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import NoData, finished_runs
+from .common import NoData, Runs, as_runs, finished_runs, scored_by_loss
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "beyond"
@@ -23,8 +23,9 @@ GROUPS = ("beyond",)
 GRID_GREYS = ("#4d4d4d", "#7f7f7f", "#a6a6a6", "#5f6f7f", "#8f7f6f", "#6f8f6f")
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
     runs = runs[runs["group"] == "beyond"]
     if runs.empty:
         raise NoData("no finished run in the 'beyond' group (mixit reproduce --preset beyond)")
@@ -38,7 +39,7 @@ def plot(runs_dir: Path) -> Figure:
             ax.set_visible(False)
         for ax, task in zip(axes, tasks):
             mine = runs[runs["task_label"] == task]
-            lm = (mine["task"] == "lm").all()
+            lm = all(scored_by_loss(t) for t in mine["task"])  # language modeling: its loss
             metric = "eval_loss" if lm else "eval_acc"
             present = [m for m in models if m in set(mine["variant"])]
             for y, model in enumerate(present):

@@ -1,8 +1,9 @@
-"""What the figure modules share: selecting runs, averaging over seeds, drawing per-variant series, the CLI.
+"""What the figure modules share: the runs they draw, selecting runs, averaging over seeds, per-variant series, the CLI.
 
-Every figure module exposes `plot(runs_dir) -> Figure` and raises `NoData(reason)` when the runs
-directory holds nothing it can draw. Runs are read with `analysis.runs.load_runs`; only finished
-runs count (a diverged or interrupted run has no final evaluation).
+Every figure module exposes `plot(runs: Runs) -> Figure` and raises `NoData(reason)` when the runs folder
+holds nothing it can draw. `Runs` is the folder and its table of runs (`analysis.runs.load_runs`), read once
+and shared by every figure that `figures.make_all` draws from it; only finished runs count (a diverged or
+interrupted run has no final evaluation).
 """
 
 from __future__ import annotations
@@ -30,20 +31,48 @@ class NoData(Exception):
     """The runs directory holds nothing this figure can draw; the message is one line saying what is missing."""
 
 
+class Runs:
+    """A runs folder as the figures read it: the folder (for files a figure reads itself, such as
+    speed/speed.csv) and its table of runs, read on first use and then shared by every figure drawn from it.
+
+        runs = Runs("runs/quick")                  # or Runs("runs/quick", table) with a table already loaded
+        fig = figures.FIGURES["retrieval_pairs"].plot(runs)
+    """
+
+    def __init__(self, folder: str | Path, table: pd.DataFrame | None = None) -> None:
+        self.folder = Path(folder)
+        self._table = table
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Every run below the folder (analysis.runs.COLUMNS), loaded once; NoData if the folder is missing."""
+        if self._table is None:
+            if not self.folder.is_dir():
+                raise NoData(f"{self.folder} is not a directory")
+            self._table = load_runs(self.folder)
+        return self._table
+
+    def __repr__(self) -> str:
+        loaded = "not loaded" if self._table is None else f"{len(self._table)} runs"
+        return f"Runs({str(self.folder)!r}, {loaded})"
+
+
+def as_runs(runs: Runs | str | Path) -> Runs:
+    """`runs` itself, or a folder (as a notebook or a one-figure script may give it) as a Runs of its own."""
+    return runs if isinstance(runs, Runs) else Runs(runs)
+
+
 # Study groups whose runs sweep one setting for one question (the scale preset's `scale`, reproduce.emergence):
 # only the figures that name the group draw them, never another figure's fallback (as the report's tables
 # leave them out of the paper's).
 OWN_FIGURES_ONLY = ("scale",)
 
 
-def finished_runs(runs_dir: str | Path, groups: Sequence[str] = ()) -> pd.DataFrame:
-    """The finished runs below runs_dir (see analysis.runs.COLUMNS); NoData if the directory is missing.
+def finished_runs(runs: Runs, groups: Sequence[str] = ()) -> pd.DataFrame:
+    """The finished runs of `runs` (see analysis.runs.COLUMNS), a new frame; NoData if its folder is missing.
 
     Runs of an OWN_FIGURES_ONLY group are left out unless `groups` names it."""
-    runs_dir = Path(runs_dir)
-    if not runs_dir.is_dir():
-        raise NoData(f"{runs_dir} is not a directory")
-    df = load_runs(runs_dir)
+    df = runs.table
     hidden = [g for g in OWN_FIGURES_ONLY if g not in groups]
     return df[(df["status"] == "finished") & ~df["group"].isin(hidden)].reset_index(drop=True)
 
@@ -71,17 +100,20 @@ def param(runs: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _param(task: str, params: object, name: str) -> float | None:
-    import inspect
+    """One numeric parameter of a run: as given, else the task's default (training.tasks), else None."""
+    from training.tasks import resolved_task_params
 
+    value = resolved_task_params(task, params if isinstance(params, dict) else None).get(name)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def scored_by_loss(task: str) -> bool:
+    """Whether a task's runs are judged by their validation loss, not accuracy: next-token prediction on a
+    text corpus (language modeling), where token accuracy says little. Asks the task's class."""
     from training.tasks import TASKS
 
-    if isinstance(params, dict) and params.get(name) is not None:
-        return params[name]
-    if task in TASKS:
-        default = inspect.signature(TASKS[task].__init__).parameters.get(name)
-        if default is not None and isinstance(default.default, (int, float)) and not isinstance(default.default, bool):
-            return default.default
-    return None
+    cls = TASKS.get(task)
+    return cls is not None and cls.needs_corpus and not cls.is_classifier()
 
 
 def best_config(runs: pd.DataFrame, keys: Sequence[str], value: str, higher_is_better: bool = True) -> pd.DataFrame:
@@ -218,7 +250,7 @@ def default_out_dir(runs_dir: str | Path) -> Path:
     return Path("figures") / "out" / name
 
 
-def run_one(name: str, plot: Callable[[Path], Figure], argv: Sequence[str] | None = None) -> int:
+def run_one(name: str, plot: Callable[[Runs], Figure], argv: Sequence[str] | None = None) -> int:
     """`python -m figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
     from .style import save
 
@@ -231,11 +263,10 @@ def run_one(name: str, plot: Callable[[Path], Figure], argv: Sequence[str] | Non
         print(f"{p.prog}: error: RUNS_DIR {args.runs_dir} is not a directory", file=sys.stderr)
         return 2
     try:
-        fig = plot(args.runs_dir)
+        fig = plot(Runs(args.runs_dir))
     except NoData as e:
         print(f"{name}: skipped: {e}", file=sys.stderr)
         return 1
     paths = save(fig, args.out or default_out_dir(args.runs_dir), name)
     print(f"{name}: {', '.join(str(x) for x in paths)}")
     return 0
-

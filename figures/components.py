@@ -31,7 +31,7 @@ from matplotlib.textpath import TextToPath
 
 from analysis.components import who_does_the_work
 
-from .common import NoData, finished_runs, select_runs
+from .common import NoData, Runs, as_runs, finished_runs, select_runs
 from .style import DIVERGING_CMAP, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, order_variants, paper_style, variant_label
 
 NAME = "components"
@@ -216,8 +216,9 @@ def draw(work: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = select_runs(finished_runs(runs_dir), GROUPS, what="runs of the paper's studies")
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = select_runs(finished_runs(as_runs(runs)), GROUPS, what="runs of the paper's studies")
     work = who_does_the_work(runs, per_layer=True)
     if work.empty:
         raise NoData("no finished run has a components analysis (run `mixit analyze`)")

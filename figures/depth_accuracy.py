@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (NoData, best_config, finished_runs, legend_above, plot_variant_lines, seed_stats, select_runs,
-                     spread_note, value_ticks)
+from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, plot_variant_lines, seed_stats,
+                     select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "depth_accuracy"
@@ -24,8 +24,9 @@ GROUPS = ("depth",)  # the study groups it draws (training.rundir.group_of)
 MAX_PANELS = 4
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
     several_depths = runs.loc[runs["task"] == "addition", "n_layers"].nunique() > 1
     runs = select_runs(runs, GROUPS, fallback=lambda r: (r["task"] == "addition") & several_depths,
                        what="runs of several depths")

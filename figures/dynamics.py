@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from analysis.runs import read_metrics
 from training.rundir import DYNAMICS_FILE
 
-from .common import NoData, finished_runs, legend_above, plain_log_ticks
+from .common import NoData, Runs, as_runs, finished_runs, legend_above, plain_log_ticks
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "dynamics"
@@ -37,8 +37,9 @@ def dynamics_tables(runs: pd.DataFrame) -> list[tuple[pd.Series, pd.DataFrame]]:
     return found
 
 
-def plot(runs_dir: Path) -> Figure:
-    tables = dynamics_tables(finished_runs(runs_dir))
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    tables = dynamics_tables(finished_runs(as_runs(runs)))
     if not tables:
         raise NoData(f"no run has {DYNAMICS_FILE} (train with --keep-checkpoints N, then mixit analyze RUN --checkpoints)")
     aligned = any(t["task_induction"].notna().any() for _, t in tables)

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from analysis.runs import read_analysis, read_analysis_table
 
-from .common import NoData, best_config, finished_runs, variants_in
+from .common import NoData, Runs, as_runs, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label
 
 NAME = "induction_heads"
@@ -30,8 +30,9 @@ GROUPS = ("khop",)  # the study groups it draws (training.rundir.group_of)
 ANNOTATE_UP_TO = 48  # write the score in each cell up to this many heads per panel
 
 
-def _analysed(runs_dir: Path) -> pd.DataFrame:
-    runs = finished_runs(runs_dir)
+def _analysed(all_runs: Runs) -> pd.DataFrame:
+    """The analysed runs it draws: group khop's, else those of the task most variants were analysed on."""
+    runs = finished_runs(all_runs)
     runs = runs[runs["has_analysis"].astype(bool)]
     if runs["group"].isin(GROUPS).any():
         return runs[runs["group"].isin(GROUPS)]
@@ -69,8 +70,9 @@ def head_grids(runs: pd.DataFrame) -> tuple[dict[str, np.ndarray], float | None,
     return grids, chance, str(task_label)
 
 
-def plot(runs_dir: Path) -> Figure:
-    grids, chance, task = head_grids(_analysed(runs_dir))
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    grids, chance, task = head_grids(_analysed(as_runs(runs)))
     n = len(grids)
     n_layers, n_heads = next(iter(grids.values())).shape
     lo = min(float(np.nanmin(g)) for g in grids.values())

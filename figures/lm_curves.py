@@ -18,7 +18,8 @@ from matplotlib.figure import Figure
 
 from analysis.runs import read_metrics
 
-from .common import NoData, best_config, config_text, finished_runs, legend_above, select_runs, variants_in
+from .common import (NoData, Runs, as_runs, best_config, config_text, finished_runs, legend_above, select_runs,
+                     variants_in)
 from .style import COLUMN_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "lm_curves"
@@ -37,8 +38,9 @@ def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "run", "step", "eval_loss"])
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "lm", what="language-modeling runs")
     runs = best_config(runs[runs["task"] == "lm"], ["variant"], "eval_loss", higher_is_better=False)
     curves = eval_curves(runs)

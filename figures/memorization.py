@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 
 from analysis.runs import read_analysis_table
 
-from .common import (NoData, best_config, finished_runs, legend_above, param, plain_log_ticks, plot_variant_lines,
-                     seed_stats, select_runs, spread_note, value_ticks)
+from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plain_log_ticks,
+                     plot_variant_lines, seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "memorization"
@@ -43,8 +43,9 @@ def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(keys=param(out, "n") ** param(out, "d"))
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "memorize", what="memorize runs")
     runs = memory_table(runs[runs["task"] == "memorize"])
     runs = best_config(runs[runs["keys"].notna()], ["variant", "keys"], "accuracy")

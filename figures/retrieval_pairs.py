@@ -13,16 +13,17 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import (NoData, best_config, finished_runs, legend_above, param, plot_variant_lines, seed_stats,
-                     select_runs, spread_note, value_ticks)
+from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plot_variant_lines,
+                     seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
 NAME = "retrieval_pairs"
 GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "retrieval", what="retrieval runs")
     runs = runs[runs["task"] == "retrieval"]
     runs = runs.assign(pairs=param(runs, "pairs"))

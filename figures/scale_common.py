@@ -10,14 +10,13 @@ test or a notebook can find what was drawn.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from analysis.runs import read_analysis
+from analysis.runs import memory_summary
 
-from .common import NoData, finished_runs, param, seed_errors, seed_stats
+from .common import NoData, Runs, finished_runs, param, seed_errors, seed_stats
 from .style import variant_style
 
 if TYPE_CHECKING:
@@ -32,9 +31,9 @@ AXIS_LABELS = {"d_model": "width (d_model)", "n_layers": "depth (layers)", "step
                "max_pairs": "Dyck max_pairs (strings up to 2 x max_pairs)"}
 
 
-def scale_runs(runs_dir: Path, task: str, axes: Sequence[str], what: str) -> pd.DataFrame:
+def scale_runs(all_runs: Runs, task: str, axes: Sequence[str], what: str) -> pd.DataFrame:
     """Finished scale runs of `task`, with each axis (a run setting or a task parameter) as a column."""
-    runs = finished_runs(runs_dir, GROUPS)
+    runs = finished_runs(all_runs, GROUPS)
     runs = runs[(runs["group"] == SCALE) & (runs["task"] == task)].reset_index(drop=True)
     if runs.empty:
         raise NoData(f"no finished {what} runs of the scale preset (group {SCALE}, task {task})")
@@ -55,8 +54,7 @@ def with_accuracy(runs: pd.DataFrame) -> pd.DataFrame:
 def with_memory(runs: pd.DataFrame) -> pd.DataFrame:
     """runs with `value` = bits per trainable parameter and `stored` = memorization accuracy (%), from each
     run's analysis summary (`mixit analyze`); runs not analysed yet are dropped (NoData if none is left)."""
-    memories = [(((read_analysis(p) if isinstance(p, str) else None) or {}).get("summary") or {}).get("memory") or {}
-                for p in runs["path"]]
+    memories = [(memory_summary(p) if isinstance(p, str) else None) or {} for p in runs["path"]]
     runs = runs.assign(value=pd.to_numeric(pd.Series([m.get("bits_per_trainable_param") for m in memories],
                                                      index=runs.index, dtype=object), errors="coerce"),
                        stored=pd.to_numeric(pd.Series([m.get("accuracy") for m in memories], index=runs.index,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import legend_above, spread_note, value_ticks
+from .common import Runs, as_runs, legend_above, spread_note, value_ticks
 from .scale_common import GROUPS, draw_against, scale_runs, title, values_of, with_accuracy
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
@@ -26,8 +26,9 @@ AXES = ("d_model", "n_layers")
 MAX_PANELS = 4
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = with_accuracy(scale_runs(Path(runs_dir), "addition", AXES, "addition (depth)"))
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = with_accuracy(scale_runs(as_runs(runs), "addition", AXES, "addition (depth)"))
     widths = values_of(runs, "d_model")[:MAX_PANELS]
     with paper_style():
         fig = new_figure(COLUMN_WIDTH if len(widths) == 1 else DOUBLE_WIDTH, 2.4)

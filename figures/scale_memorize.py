@@ -17,7 +17,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import legend_above, spread_note, value_ticks
+from .common import Runs, as_runs, legend_above, spread_note, value_ticks
 from .scale_common import (AXIS_LABELS, GROUPS, PAPER_MEMORIZE_BITS, draw_against, draw_paper, scale_runs,
                            settings_note, title, values_of, with_memory)
 from .style import DOUBLE_WIDTH, new_figure, paper_style
@@ -28,8 +28,9 @@ AXES = ("d_model",)
 DATASET = ("n", "d")
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = with_memory(scale_runs(Path(runs_dir), "memorize", (*AXES, *DATASET), "memorize"))
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = with_memory(scale_runs(as_runs(runs), "memorize", (*AXES, *DATASET), "memorize"))
     with paper_style():
         fig = new_figure(DOUBLE_WIDTH, 2.3)
         bits_ax, stored_ax = fig.subplots(1, 2)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import legend_above, spread_note
+from .common import Runs, as_runs, legend_above, spread_note
 from .scale_common import GROUPS, PAPER_SENTIMENT, draw_against, draw_paper, scale_runs, title, with_accuracy
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
@@ -24,8 +24,9 @@ GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
 AXES = ("d_model", "n_layers")
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = with_accuracy(scale_runs(Path(runs_dir), "sentiment", AXES, "sentiment"))
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = with_accuracy(scale_runs(as_runs(runs), "sentiment", AXES, "sentiment"))
     points = sorted({(int(w), int(n)) for w, n in zip(runs["d_model"], runs["n_layers"])})
     runs = runs.assign(point=[points.index((int(w), int(n))) for w, n in zip(runs["d_model"], runs["n_layers"])])
     with paper_style():

@@ -25,7 +25,7 @@ from matplotlib.ticker import FixedLocator
 
 from training import rundir
 
-from .common import NoData, legend_above, value_ticks
+from .common import NoData, Runs, as_runs, legend_above, value_ticks
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "signal_depth"
@@ -94,8 +94,9 @@ def covariance_scale(ax: Axes, values: np.ndarray) -> None:
     ax.margins(y=0.08)
 
 
-def plot(runs_dir: Path) -> Figure:
-    df = read_signal(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of the runs folder's signal.csv (`runs`, or that folder)."""
+    df = read_signal(as_runs(runs).folder)
     width = int(df["d_model"].iloc[0])
     depths = sorted(df["depth"].unique())
     panels = [("covariance", "token covariance"), ("cosine", "token cosine similarity")]

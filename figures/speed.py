@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from training import rundir
 
-from .common import NoData
+from .common import NoData, Runs, as_runs
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "speed"
@@ -31,6 +31,7 @@ MAX_PANELS = 3
 
 
 def read_speed(runs_dir: Path) -> pd.DataFrame:
+    """RUNS_DIR/speed/speed.csv; NoData if missing, malformed or empty."""
     path = Path(runs_dir) / SPEED_FILE
     try:
         df = pd.read_csv(path)
@@ -62,8 +63,9 @@ def throughput_unit(largest: float) -> tuple[str, float]:
     return "tokens/s", 1.0
 
 
-def plot(runs_dir: Path) -> Figure:
-    df = read_speed(runs_dir)
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of the runs folder's speed.csv (`runs`, or that folder)."""
+    df = read_speed(as_runs(runs).folder)
     setting = [c for c in SETTING if c in df]
     settings = list(df.groupby(setting, sort=False)) if setting else [((), df)]
     settings = settings[:MAX_PANELS]

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (NoData, best_config, finished_runs, legend_above, seed_errors, seed_stats, select_runs, spread_note,
-                     variants_in)
+from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, scored_by_loss, seed_errors,
+                     seed_stats, select_runs, spread_note, variants_in)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "task_accuracy"
@@ -36,9 +36,10 @@ def tick_label(task_label: str) -> str:
     return task_label.replace("(", "\n").replace(")", "").replace(", ", "\n")
 
 
-def plot(runs_dir: Path) -> Figure:
-    runs = finished_runs(runs_dir)
-    runs = runs[runs["task"] != "lm"]
+def plot(runs: Runs | str | Path) -> Figure:
+    """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
+    runs = finished_runs(as_runs(runs))
+    runs = runs[~runs["task"].map(scored_by_loss).astype(bool)]  # language modeling: lm_curves draws it
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["eval_acc"].notna(), what="runs with an accuracy")
     runs = best_config(runs, ["task_label", "variant"], "eval_acc")
     if runs.empty:

@@ -47,6 +47,17 @@ EVERY_LAYER_ALSO = {"norms": "ln_final"}
 PAIRS = {"qk": ("q", "k")}  # "qk" is "q" and "k" together: canonical lists write the pair as "qk"
 
 
+def component_of(param_name: str) -> str:
+    """The component of COMPONENTS that holds parameter `param_name`: the first whose pattern matches, in any layer
+    (blocks.0.attn.W_Q -> "qk": q and k count together, as canonical freeze lists write them). The one component
+    vocabulary: freezing and the parameter table (Transformer.parameter_table) both read COMPONENTS."""
+    for component, pattern in COMPONENTS.items():
+        if re.fullmatch(pattern.replace("{layer}", r"\d+"), param_name):
+            return component
+    raise ValueError(f"parameter {param_name!r} is in no component; allowed: names matching COMPONENTS "
+                     f"({', '.join(COMPONENTS)}) in models/config.py")
+
+
 @dataclass(frozen=True)
 class VariantSpec:
     """What one model variant changes relative to a standard Llama-style decoder."""

@@ -43,7 +43,7 @@ from transformer_lens.hook_points import HookPoint
 
 from . import tokenizer as tok
 from .checkpoint import check_state, read_weights, save_model
-from .config import ModelConfig
+from .config import ModelConfig, component_of  # component_of: re-exported, models.transformer.component_of
 from .freeze import apply_freeze, frozen_elements
 from .lens import QK_KINDS, LensCache, LensWeights
 
@@ -829,8 +829,8 @@ class Transformer(LensWeights, HookedRootModule):
         return {"trainable": total - frozen, "frozen": frozen, "total": total}
 
     def parameter_table(self) -> list[dict[str, object]]:
-        """Per-component parameter counts: embed, pos_embed, attn_qk, attn_vo, attn_mix (learned input-independent
-        attention matrices), mlp, norm, unembed or classifier."""
+        """Parameter counts per component of models.config.COMPONENTS (`component_of`: embed, pos, qk, v, o, mix,
+        mlp, norms, ln_final, unembed, the classifier in unembed), in the order the parameters come."""
         rows: dict[str, dict[str, int]] = {}
         for name, param in self.named_parameters():
             comp = component_of(name)
@@ -881,23 +881,3 @@ def load_model(path: str | Path, device: str | torch.device | None = None) -> Tr
     if device is not None:
         model.to(device)
     return model.eval()
-
-
-def component_of(param_name: str) -> str:
-    """Map a parameter name to its component, e.g. blocks.0.attn.W_Q -> attn_qk."""
-    leaf = param_name.rsplit(".", 1)[-1]
-    if param_name.startswith("classifier."):
-        return "classifier"
-    if param_name.startswith("embed."):
-        return "embed"
-    if param_name.startswith("pos_embed."):
-        return "pos_embed"
-    if param_name.startswith("unembed."):
-        return "unembed"
-    if ".attn." in param_name:
-        if leaf == "A_learned":  # a `learned` layer's trainable input-independent attention matrices
-            return "attn_mix"
-        return "attn_qk" if leaf[-1] in "QK" else "attn_vo"
-    if ".mlp." in param_name:
-        return "mlp"
-    return "norm"

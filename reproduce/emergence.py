@@ -20,8 +20,10 @@ gap (standard - MixiT on Dyck and sentiment, standard - MixiT bits per parameter
 each variant's accuracy lost from the shallowest to the deepest model on depth) shrinks, grows or
 stays as each axis moves toward the paper's setting.
 
-This module sits below reproduce.report (the report imports it), so it keeps its own copy of the few
-paper numbers it needs and its own Markdown table writer rather than importing them from there.
+This module sits below reproduce.report and reproduce.selection (they import it, never the reverse); the
+paper's numbers come from reproduce.paper and the table format from reproduce.markdown, as the report's.
+Given the runs table (`runs=`, analysis.runs.load_runs), it reads nothing from the runs folder but the
+memorization runs' analysis summaries.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import load_runs, read_analysis
+from analysis.runs import load_runs, memory_summary
 from models import VARIANTS
+from training.tasks import resolved_task_params
 
 from .markdown import markdown_table as _markdown_table
 from .paper import FULL_ACCURACY, PAPER
@@ -93,38 +96,34 @@ CONFIG_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "batch_size")
 
 
 # --------------------------------------------------------------------------- reading runs
-def scale_runs(runs_dir: str | Path) -> pd.DataFrame:
-    """The finished runs of group `scale` below runs_dir (analysis.runs.COLUMNS)."""
-    runs = load_runs(Path(runs_dir))
+def scale_runs(runs_dir: str | Path | None = None, *, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The finished runs of group `scale` (analysis.runs.COLUMNS): of `runs` (a load_runs table) when given,
+    else of the runs below runs_dir."""
+    if runs is None:
+        if runs_dir is None:
+            raise ValueError("scale_runs needs runs_dir or runs")
+        runs = load_runs(Path(runs_dir))
     return runs[(runs["status"] == "finished") & (runs["group"] == SCALE)].reset_index(drop=True)
 
 
-def _task_param(task: str, params: Any, name: str) -> Any:
-    """A task parameter of a run: the value it was trained with, else the task's default."""
-    import inspect
-
-    from training.tasks import TASKS
-
-    if isinstance(params, dict) and params.get(name) is not None:
-        return params[name]
-    if task in TASKS:
-        default = inspect.signature(TASKS[task].__init__).parameters.get(name)
-        if default is not None and default.default is not inspect.Parameter.empty:
-            return default.default
-    return None
-
-
 def _axis_values(runs: pd.DataFrame, axis: str) -> pd.Series:
+    """A run setting (a column) or task parameter (the task's default where the run gave none) of every run."""
     if axis in runs.columns:
         return runs[axis]
-    return pd.Series([_task_param(t, p, axis) for t, p in zip(runs["task"], runs["task_params"])], index=runs.index)
+    return pd.Series([resolved_task_params(t, p if isinstance(p, dict) else None).get(axis)
+                      for t, p in zip(runs["task"], runs["task_params"])], index=runs.index)
+
+
+def _reads_memory(finding: Finding) -> bool:
+    """Whether the finding's metric comes from the memorization analysis (bits), not the run's accuracy."""
+    return finding.metric != "accuracy"
 
 
 def _memory(path: Any) -> dict[str, Any]:
     """A memorize run's analysis summary (analysis.memory via `mixit analyze`), or {}."""
     if not isinstance(path, str):
         return {}
-    return ((read_analysis(path) or {}).get("summary") or {}).get("memory") or {}
+    return memory_summary(path) or {}
 
 
 def _variant_rank(label: str) -> tuple[int, str]:
@@ -140,7 +139,7 @@ def _finding_runs(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
     if runs.empty:
         return runs.assign(value=pd.Series(dtype=float))
     runs = runs.assign(**{a: _axis_values(runs, a) for a in finding.axes if a not in runs.columns})
-    if finding.metric == "accuracy":
+    if not _reads_memory(finding):
         return runs.assign(value=pd.to_numeric(runs["eval_acc"], errors="coerce") * 100).dropna(subset=["value"])
     memories = [_memory(p) for p in runs["path"]]
     runs = runs.assign(
@@ -159,19 +158,19 @@ def finding_table(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
     metric's mean, std (ddof 0), median and seeds, and the paper's number (memorize: also `accuracy`, the
     keys stored in %, and the dataset's n and d)."""
     data = _finding_runs(runs, finding)
-    extra = ["n", "d"] if finding.task == "memorize" else []
+    extra = ["n", "d"] if _reads_memory(finding) else []
     # Settings other than the axes that differ between runs are part of the configuration (and shown), e.g.
     # MixiT's 16 heads against standard's 4.
     varying = [k for k in CONFIG_KEYS if k not in finding.axes and k in data and data[k].nunique(dropna=False) > 1]
     keys = ["variant", *finding.axes, *extra, *varying]
-    columns = [*keys, *(["accuracy"] if finding.task == "memorize" else []), *STAT_COLUMNS]
+    columns = [*keys, *(["accuracy"] if _reads_memory(finding) else []), *STAT_COLUMNS]
     if data.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for key, g in data.groupby(keys, sort=False, dropna=False):
         values = g["value"].astype(float)
         row = dict(zip(keys, key))
-        if finding.task == "memorize":
+        if _reads_memory(finding):
             row["accuracy"] = pd.to_numeric(g["stored"], errors="coerce").mean()
         variant = str(row["variant"])
         row.update(mean=values.mean(), std=values.std(ddof=0), median=values.median(), seeds=len(values),
@@ -183,10 +182,12 @@ def finding_table(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def emergence_tables(runs_dir: str | Path) -> dict[str, pd.DataFrame]:
+def emergence_tables(runs_dir: str | Path | None = None, *,
+                     runs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """One table per finding (FINDINGS: scale_dyck, scale_sentiment, scale_memorize, scale_depth) from the
-    runs of group `scale` below runs_dir; a finding without runs has an empty table with its columns."""
-    runs = scale_runs(runs_dir)
+    runs of group `scale` (of `runs`, a load_runs table, when given, else below runs_dir); a finding without
+    runs has an empty table with its columns."""
+    runs = scale_runs(runs_dir, runs=runs)
     return {f.table: finding_table(runs, f) for f in FINDINGS}
 
 

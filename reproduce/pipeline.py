@@ -16,6 +16,7 @@ Layout of `out` (the runs directory that figures, the report and the explorer re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -27,11 +28,13 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from analysis.analyze import AnalysisOptions
+from models import ModelConfig
 from training.rundir import (
-    ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, MANIFEST, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE, atomic_file,
-    is_finished, kept_checkpoints, read_summary, write_json, write_runs_table,
+    ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY,
+    SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, write_json,
+    write_runs_table,
 )
-from training.sweep import Executor, Run, _tasks_from_file, expand_grid, pool_map, train_runs
+from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
@@ -101,13 +104,12 @@ def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], N
 
 
 # --------------------------------------------------------------------------- the grid
-def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = None) -> list[Run]:
-    """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out.
+Planned = tuple[str, TrainConfig, ModelConfig]  # a run's name, its config, and its model (the task built once)
 
-    Each config is checked by building its task. With `out` (the runs directory) a text study's corpus,
-    tokenizer and tokens are built once, in the cache its runs use (out/<study>/.token_cache).
-    """
-    runs: list[Run] = []
+
+def _preset_grid(preset: Preset, text: dict[str, TextChoice], out: Path | None) -> list[Planned]:
+    """Every run of the preset with its model config; text studies without a corpus drop out (see preset_runs)."""
+    runs: list[Planned] = []
     for study, spec in preset.studies.items():
         tasks = _tasks_from_file(spec.tasks)
         if spec.text:
@@ -116,14 +118,49 @@ def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = 
                 continue
             tasks = [(t, {**p, **choice.params}) for t, p in tasks]
         try:
-            expanded = expand_grid(
+            expanded = expand_grid_models(
                 spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
                 {**preset.train, **spec.train}, None if out is None or not spec.text else out / study / DATA_CACHE_DIR,
             )
         except ValueError as e:
             raise ValueError(f"study {study!r}: {e}") from None
-        runs.extend((f"{study}/{name}", cfg) for name, cfg in expanded)
+        runs.extend((f"{study}/{name}", cfg, model) for name, cfg, model in expanded)
     return runs
+
+
+def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = None) -> list[Run]:
+    """Every run of the preset as ("<study>/<run name>", TrainConfig); text studies without a corpus drop out.
+
+    Each config is checked by building its task. With `out` (the runs directory) a text study's corpus,
+    tokenizer and tokens are built once, in the cache its runs use (out/<study>/.token_cache).
+    """
+    return [(name, cfg) for name, cfg, _ in _preset_grid(preset, text, out)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one `mixit reproduce` resolves before anything runs, once (the command line builds it and the pipeline
+    and its workers use it): the corpora, every run's config and model, each checked against a run already in `out`."""
+
+    out: Path
+    text: dict[str, TextChoice]
+    runs: list[Run]
+    models: dict[str, ModelConfig]  # run name -> its model config (its size: the cost estimate)
+
+
+def plan_reproduction(preset: Preset, out: str | Path, text_files: list[str] | None = None,
+                      sentiment_files: list[str] | None = None, hub_check: Callable[[str], None] | None = None,
+                      cache: bool = True) -> Plan:
+    """Choose the corpora, expand the grid and refuse a run directory trained otherwise (SettingsChanged): every
+    input error before anything trains. `cache`: write text studies' token caches into `out` (False: a dry run
+    writes nothing)."""
+    out = Path(out)
+    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check)
+            for k in sorted(preset.text_kinds())}
+    grid = _preset_grid(preset, text, out if cache else None)
+    for name, cfg, _ in grid:
+        check_not_stale(out / name, cfg)
+    return Plan(out, text, [(n, cfg) for n, cfg, _ in grid], {n: model for n, _, model in grid})
 
 
 def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
@@ -165,29 +202,33 @@ def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- stages
-def train_stage(runs: list[Run], out: Path, executor: Executor, progress: bool, log: Callable[[str], None],
+def train_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[str], None],
                 tracker: str | None = None) -> pd.DataFrame:
-    """Train every unfinished run, longest first; the bar counts estimated work, its label runs done/total."""
+    """Train every unfinished run of the plan, longest first; the bar counts estimated work, its label runs
+    done/total. The plan has checked every run directory already (plan_reproduction)."""
+    runs, out = plan.runs, plan.out
     todo, rows = [], {}
     costs: dict[str, float] = {}
     for name, cfg in runs:
         run_dir = out / name
-        check_not_stale(run_dir, cfg)
         if is_finished(run_dir):
             rows[name] = {"run": name, **read_summary(run_dir)}
             continue
-        mcfg = cfg.model_config(cache_dir=run_dir.parent / DATA_CACHE_DIR)
-        costs[name] = run_cost(cfg, mcfg.n_ctx, mcfg.d_vocab)
+        costs[name] = run_cost(cfg, plan.models[name].n_ctx, plan.models[name].d_vocab)
         todo.append(name)
     todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers
     fast = [by for by in (dict(runs)[n] for n in todo) if by.precision == "fast"]
-    if fast:  # measured here, once, so that every worker reads the same decision (training.trainer)
-        from training.trainer import cpu_bf16_speedup, pick_device, resolve_precision
+    if fast:  # measured here, before the workers start, into each study's cache, which its runs' trainers read
+        from training.precision import cpu_bf16_speedup, resolve_precision
+        from training.machine import pick_device
 
         device = pick_device(fast[0].device)
         if device.type == "cpu":
-            log(f"precision fast: {resolve_precision('fast', device)} on this CPU (bf16 matmuls measure "
-                f"{cpu_bf16_speedup():.1f}x fp32's)")
+            caches = sorted({(out / n).parent / DATA_CACHE_DIR for n in todo if dict(runs)[n].precision == "fast"})
+            for cache in caches:
+                decision = resolve_precision("fast", device, cache)
+            log(f"precision fast: {decision} on this CPU (bf16 matmuls measure {cpu_bf16_speedup(caches[0]):.1f}x "
+                "fp32's)")
     where = (f"on {executor.workers} worker(s)" if executor.kind == "pool" else
              f"as Ray tasks ({executor.address or 'local Ray'}, {executor.cpus_per_run:g} CPU(s) each)")
     log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
@@ -216,11 +257,12 @@ def train_stage(runs: list[Run], out: Path, executor: Executor, progress: bool, 
     return pd.DataFrame(ordered)
 
 
-def analysis_stage(runs: list[Run], out: Path, options: AnalysisOptions, workers: int, progress: bool,
+def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,
                    log: Callable[[str], None]) -> dict[str, int]:
-    """`mixit analyze` every finished run (cached by checkpoint hash, so reruns cost a hash each)."""
-    jobs = [(n, str(out / n), options) for n, _ in runs
-            if is_finished(out / n) and read_summary(out / n).get("status") == "finished"]
+    """`mixit analyze` every finished run of `trained` (the training stage's rows; cached by checkpoint hash, so
+    reruns cost a hash each)."""
+    finished = trained[trained["status"] == "finished"]["run"] if len(trained) else []
+    jobs = [(n, str(out / n), options) for n in finished]
     counts = {"computed": 0, "cached": 0, "error": 0}
     bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
     try:
@@ -295,6 +337,104 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
     log(f"speed: {'cached' if cached else 'measured'} ({len(df)} variants)")
 
 
+# --------------------------------------------------------------------------- figures and report, when their inputs changed
+CODE_PACKAGES = ("analysis", "figures", "reproduce")  # whose files a figure or the report is made by
+
+
+def _stamp(path: Path) -> list[Any]:
+    """A file's name, size and modification time: changes whenever the file is written."""
+    st = path.stat()
+    return [path.as_posix(), st.st_size, st.st_mtime_ns]
+
+
+def inputs_fingerprint(runs: pd.DataFrame, out: Path, options: dict[str, Any]) -> str:
+    """A digest of everything the figures and the report are made from: the runs table, every file of every run
+    directory (analyses, metrics, checkpoints, by size and modification time), the signal and speed files, the
+    options (preset, directories, corpora) and the code of the packages that draw and write them."""
+    digest = hashlib.sha256()
+    digest.update(runs.drop(columns=["path"]).to_csv(index=False).encode())
+    stamps = []
+    for run_dir in sorted(runs["path"]) if len(runs) else []:
+        for here, dirs, files in os.walk(run_dir):
+            dirs[:] = sorted(dirs)
+            stamps.extend(_stamp(Path(here) / f) for f in sorted(files) if f != LOCK_FILE)
+    stamps.extend(_stamp(out / f) for f in (SIGNAL_FILE, SPEED_FILE) if (out / f).is_file())
+    for package in CODE_PACKAGES:
+        stamps.extend([f.relative_to(PROJECT_ROOT).as_posix(), hashlib.sha256(f.read_bytes()).hexdigest()]
+                      for f in sorted((PROJECT_ROOT / package).rglob("*")) if f.is_file() and f.suffix != ".pyc")
+    digest.update(json.dumps([stamps, options], sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _unchanged(previous: dict[str, Any], key: str, fingerprint: str, outputs: list[Path]) -> bool:
+    """Whether the previous reproduction into this folder made `key` (figures, report) from the same inputs,
+    finished, and its outputs are all still there."""
+    return (previous.get("status") == "finished" and (previous.get("inputs") or {}).get(key) == fingerprint
+            and all(p.is_file() for p in outputs))
+
+
+def figures_stage(out: Path, figures_dir: Path, runs: pd.DataFrame, previous: dict[str, Any], fingerprint: str,
+                  log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Draw every figure from `runs` (the runs table, read once) unless the previous reproduction drew them from
+    the same inputs; returns (name -> files or the reason it was skipped, name -> why it failed)."""
+    made_before = previous.get("figures_made") or {}
+    files_before = [Path(f) for v in made_before.values() if isinstance(v, list) for f in v]
+    if made_before and not previous.get("failed_figures") and _unchanged(previous, "figures", fingerprint,
+                                                                        files_before):
+        log(f"figures: unchanged ({len(files_before)} files in {figures_dir})")
+        return made_before, {}
+    import figures
+
+    failed: dict[str, str] = {}
+    try:
+        made = figures.make_all(out, figures_dir, runs=runs)
+    except figures.FigureError as e:  # one figure that fails is recorded; the others and the report are made
+        for name, error in e.failures:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            failed[name] = f"{type(error).__name__}: {reason}".rstrip(": ")
+        made = e.results
+    for name, result in made.items():
+        if name not in failed:
+            log(f"figure {name}: " + (", ".join(str(p) for p in result) if isinstance(result, list)
+                                      else f"skipped: {result}"))
+    for name, reason in failed.items():
+        log(f"figure {name}: FAILED: {reason}")
+    made = {name: [str(p) for p in result] if isinstance(result, list) else str(result)
+            for name, result in made.items() if name not in failed}
+    return made, failed
+
+
+def report_stage(out: Path, report_dir: Path, figures_dir: Path, runs: pd.DataFrame, manifest: dict[str, Any],
+                 previous: dict[str, Any], fingerprint: str, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Write the report unless the previous reproduction wrote it from the same inputs; return the findings."""
+    if previous.get("findings") is not None and _unchanged(previous, "report", fingerprint,
+                                                           [report_dir / REPORT_FILE]):
+        log(f"report: unchanged ({report_dir / REPORT_FILE})")
+        return previous["findings"]
+    from .report import write_report
+
+    return write_report(out, report_dir, manifest, figures_dir, runs=runs)  # the table built once, after training
+
+
+def record_last_study(out: Path, report_dir: Path, figures_dir: Path, preset: str,
+                      where: Path | None = None) -> Path:
+    """Write .mixit_cache/last_study.json in `where` (the working directory): where this study's runs, report and
+    figures are (absolute paths), for `mixit app` with no argument."""
+    path = (where or Path.cwd()) / LAST_STUDY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"runs_dir": str(out.resolve()), "report_dir": str(report_dir.resolve()),
+                      "figures_dir": str(figures_dir.resolve()), "preset": preset})
+    return path
+
+
+def _previous_manifest(out: Path) -> dict[str, Any]:
+    """The manifest of the last reproduction into `out` ({} if none, or unreadable)."""
+    try:
+        return read_json(out / MANIFEST)
+    except (OSError, ValueError):
+        return {}
+
+
 # --------------------------------------------------------------------------- the whole pipeline
 def reproduce(
     preset: Preset,
@@ -310,35 +450,30 @@ def reproduce(
     progress: bool = True,
     log: Callable[[str], None] = print,
     hub_check: Callable[[str], None] | None = None,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
     """Run every stage of the preset into `out`; return the manifest (also written to out/reproduce.json).
 
     Training runs on `executor` (default: a pool of `workers` local processes, `workers` defaulting to
-    the CPU count); analysis always on the local pool."""
+    the CPU count); analysis always on the local pool. `plan`: the preset resolved by plan_reproduction (the
+    command line's); without it, it is resolved here. The runs table is read once, after training and analysis,
+    for the figures and the report; those are made again only when their inputs changed."""
     out, report_dir, figures_dir = Path(out), Path(report_dir), Path(figures_dir)
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     executor = executor or Executor(workers=workers)
+    options = AnalysisOptions.from_dict(preset.analysis)  # the preset was checked whole when it loaded
     started = time.time()
-    timings: dict[str, float] = {}
-
-    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check) for k in sorted(preset.text_kinds())}
-    for choice in text.values():
+    plan = plan or plan_reproduction(preset, out, text_files, sentiment_files, hub_check)
+    for choice in plan.text.values():
         log(("note: " if choice.skipped else "text: ") + choice.note)
-    runs = preset_runs(preset, text, out)
+    previous = _previous_manifest(out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "format": "mixit-lab/reproduce", "preset": preset.name, "preset_contents": preset.to_dict(),
-        "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in text.items()},
-        "runs": [n for n, _ in runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-        "status": "running", "timings_s": timings, "workers": workers,
-        "executor": executor.kind,
-        # where the other outputs went, as given (relative to the working directory) and resolved
-        "figures_dir": str(figures_dir), "report_dir": str(report_dir),
-        "figures_dir_resolved": str(figures_dir.resolve()), "report_dir_resolved": str(report_dir.resolve()),
-    }
+    manifest = _start_manifest(preset, plan, started, workers, executor, report_dir, figures_dir)
     write_json(out / MANIFEST, manifest)
+    record_last_study(out, report_dir, figures_dir, preset.name)
+    timings = manifest["timings_s"]
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
@@ -346,46 +481,45 @@ def reproduce(
         timings[name] = round(time.perf_counter() - t0, 1)
         return result
 
-    table = stage("train", lambda: train_stage(runs, out, executor, progress, log, tracker))
-    options = AnalysisOptions.from_dict(preset.analysis)
-    stage("analyze", lambda: analysis_stage(runs, out, options, workers, progress, log))
+    trained = stage("train", lambda: train_stage(plan, executor, progress, log, tracker))
+    stage("analyze", lambda: analysis_stage(trained, out, options, workers, progress, log))
     if "signal" not in preset.skip:
         stage("signal", lambda: signal_stage(preset.signal, out, log))
     if "speed" not in preset.skip:
         stage("speed", lambda: speed_stage(preset.speed, out, log))
 
-    import figures
+    from analysis.runs import load_runs
 
-    def draw() -> dict[str, Any]:
-        """Every figure; one that fails is recorded with its one-line reason, and the others and the report
-        are still made."""
-        try:
-            return figures.make_all(out, figures_dir)
-        except figures.FigureError as e:
-            for name, error in e.failures:
-                reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                failed_figures[name] = f"{type(error).__name__}: {reason}".rstrip(": ")
-            return e.results
-
-    failed_figures: dict[str, str] = {}
-    made = stage("figures", draw)
-    for name, result in made.items():
-        if name not in failed_figures:
-            log(f"figure {name}: " + (", ".join(str(p) for p in result) if isinstance(result, list)
-                                      else f"skipped: {result}"))
-    for name, reason in failed_figures.items():
-        log(f"figure {name}: FAILED: {reason}")
-
-    from .report import write_report
-
-    manifest.update(status="finished", failed_runs=int((table["status"] != "finished").sum()) if len(table) else 0,
-                    failed_figures=failed_figures, wall_s=round(time.time() - started, 1))
-    findings = stage("report", lambda: write_report(out, report_dir, manifest, figures_dir))
-    manifest["wall_s"] = round(time.time() - started, 1)
-    manifest["findings"] = findings
+    runs = load_runs(out)  # once: the figures and the report read this table
+    settings = {k: manifest[k] for k in ("preset_contents", "text", "runs", "figures_dir_resolved")}
+    inputs = {"figures": inputs_fingerprint(runs, out, settings)}
+    made, failed = stage("figures", lambda: figures_stage(out, figures_dir, runs, previous, inputs["figures"], log))
+    inputs["report"] = hashlib.sha256(json.dumps(
+        [inputs["figures"], made, failed, str(report_dir.resolve())], sort_keys=True).encode()).hexdigest()
+    failed_runs = int((trained["status"] != "finished").sum()) if len(trained) else 0
+    manifest.update(status="finished", failed_runs=failed_runs, failed_figures=failed, figures_made=made,
+                    wall_s=round(time.time() - started, 1))
+    findings = stage("report", lambda: report_stage(out, report_dir, figures_dir, runs, manifest, previous,
+                                                    inputs["report"], log))
+    manifest.update(wall_s=round(time.time() - started, 1), findings=findings, inputs=inputs)
     write_json(out / MANIFEST, manifest)
     measured = [f for f in findings if f["holds"] is not None]
     verdicts = (f"{sum(f['holds'] for f in measured)} of {len(measured)} measured findings hold" if measured
                 else "no paper finding measured")
-    log(f"report: {report_dir / 'report.md'} ({verdicts}); wall time {manifest['wall_s']:.0f}s")
+    log(f"report: {report_dir / REPORT_FILE} ({verdicts}); wall time {manifest['wall_s']:.0f}s")
     return manifest
+
+
+def _start_manifest(preset: Preset, plan: Plan, started: float, workers: int, executor: Executor,
+                    report_dir: Path, figures_dir: Path) -> dict[str, Any]:
+    """reproduce.json as written when the reproduction starts (status "running")."""
+    return {
+        "format": "mixit-lab/reproduce", "preset": preset.name, "preset_contents": preset.to_dict(),
+        "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in plan.text.items()},
+        "runs": [n for n, _ in plan.runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "status": "running", "timings_s": {}, "workers": workers,
+        "executor": executor.kind,
+        # where the other outputs went, as given (relative to the working directory) and resolved
+        "figures_dir": str(figures_dir), "report_dir": str(report_dir),
+        "figures_dir_resolved": str(figures_dir.resolve()), "report_dir_resolved": str(report_dir.resolve()),
+    }

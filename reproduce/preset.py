@@ -13,13 +13,17 @@ A preset file is a mapping:
     signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
     skip: [signal, speed]           stages this preset leaves out (both run by default)
 
-Unknown keys are refused with one line naming the file, the key and the allowed keys, as
-TrainConfig does; checking the values is left to the stage that uses them.
+A preset is checked whole when it loads, before anything trains: an unknown key or a bad value in any block
+(train, a study, analysis, signal, speed, skip) is one ValueError naming the file, the block and the key.
+The train blocks are checked as TrainConfig, the analysis block as AnalysisOptions, the signal and speed blocks
+against the parameters of analysis.signal.signal_propagation and training.benchmark.measure_throughput. The
+blocks stay the mappings the file holds (they are the stages' cache keys), their defaults the stages' own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +51,8 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
 
 
 def _check_train(where: str, train: Any) -> None:
-    """A `train:` block holds TrainConfig fields only (checked when the preset loads, not after training)."""
+    """A `train:` block holds TrainConfig fields with values TrainConfig accepts (checked when the preset loads,
+    not after training)."""
     from training.trainer import TrainConfig
 
     if not isinstance(train or {}, dict):
@@ -56,6 +61,108 @@ def _check_train(where: str, train: Any) -> None:
     unknown = sorted(set(train or {}) - allowed)
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+    try:
+        TrainConfig.from_dict(dict(train or {}))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _mapping(where: str, block: Any) -> dict[str, Any]:
+    """A stage's block as a dict (absent: empty); ValueError naming it when it is not a mapping."""
+    if not isinstance(block or {}, dict):
+        raise ValueError(f"{where} must be a mapping, not {block!r}")
+    return dict(block or {})
+
+
+def _check_analysis(where: str, block: Any) -> None:
+    """The `analysis:` block: AnalysisOptions fields and values."""
+    from analysis.analyze import AnalysisOptions
+
+    try:
+        AnalysisOptions.from_dict(_mapping(where, block))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _parameters(fn: Any) -> dict[str, inspect.Parameter]:
+    """The named parameters of a stage's function (not **kwargs)."""
+    return {name: p for name, p in inspect.signature(fn).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _check_value(where: str, key: str, value: Any, default: Any) -> None:
+    """A stage setting of the same kind as its function's default: a positive integer (lists of them for lists
+    of integers), a string, a boolean; variants must be known (or "all")."""
+    from models import VARIANTS
+
+    def positive_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1)
+
+    if key == "variants":
+        values = as_list(value)
+        bad = [v for v in values if v not in VARIANTS] if value != "all" else []
+        if not values or bad:
+            raise ValueError(f"{where}: variants={value!r}: {bad or 'none'} not among: all, {', '.join(VARIANTS)}")
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: {key}={value!r} must be true or false")
+    elif isinstance(default, int):
+        if not positive_int(value):
+            raise ValueError(f"{where}: {key}={value!r} must be a positive integer")
+    elif isinstance(default, (tuple, list)):
+        if not as_list(value) or not all(positive_int(v) for v in as_list(value)):
+            kind = "integers >= 0" if key == "seeds" else "positive integers"
+            raise ValueError(f"{where}: {key}={value!r} must be a list of {kind}")
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise ValueError(f"{where}: {key}={value!r} must be a string")
+
+
+def _check_model_fields(where: str, fields: dict[str, Any]) -> None:
+    from models.config import ModelConfig
+
+    allowed = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+
+
+def _check_stage(where: str, block: Any, fn: Any, extra: tuple[str, ...] = ()) -> None:
+    """A signal or speed block: the named parameters of `fn` (plus `extra`), each of its default's kind."""
+    block = _mapping(where, block)
+    params = _parameters(fn)
+    unknown = sorted(set(block) - set(params) - set(extra))
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted({*params, *extra})}")
+    for key, value in block.items():
+        if key in params:
+            _check_value(where, key, value, params[key].default)
+
+
+def _check_signal(where: str, block: Any) -> None:
+    """The `signal:` block: signal_propagation's parameters, ModelConfig fields, and `controls`
+    ({label: {variant: NAME, ModelConfig fields}})."""
+    from analysis.signal import signal_propagation
+    from models.config import ModelConfig
+
+    block = _mapping(where, block)
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"variant", "d_model", "n_layers", "seed"}
+    _check_stage(where, block, signal_propagation, ("controls", *model_fields))
+    for label, control in _mapping(f"{where}: controls", block.get("controls")).items():
+        if not isinstance(control, dict) or "variant" not in control:
+            raise ValueError(f"{where}: controls: {label!r} must be a mapping naming a variant")
+        _check_value(f"{where}: controls: {label!r}", "variants", [control["variant"]], None)
+        _check_model_fields(f"{where}: controls: {label!r}", {k: v for k, v in control.items() if k != "variant"})
+
+
+def _check_speed(where: str, block: Any) -> None:
+    """The `speed:` block: measure_throughput's parameters; precision one of TrainConfig's."""
+    from training.benchmark import measure_throughput
+    from training.trainer import PRECISIONS
+
+    _check_stage(where, block, measure_throughput)
+    precision = _mapping(where, block).get("precision", "auto")
+    if precision not in PRECISIONS:
+        raise ValueError(f"{where}: precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
 
 
 @dataclass
@@ -107,7 +214,12 @@ class Preset:
             raise ValueError(f"{where}: a preset is a mapping with 'studies' (and name, train, analysis, signal, speed)")
         _check_keys(f"{where}: preset has", data, cls)
         _check_train(f"{where}: train", data.get("train"))
+        _check_analysis(f"{where}: analysis", data.get("analysis"))
+        _check_signal(f"{where}: signal", data.get("signal"))
+        _check_speed(f"{where}: speed", data.get("speed"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
+        for name, study in studies.items():  # the study's settings over the preset's, as the grid combines them
+            _check_train(f"{where}: study {name!r}: train (over the preset's)", {**(data.get("train") or {}), **study.train})
         blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed")}
         skip = as_list(data.get("skip") or [])
         bad = [s for s in skip if s not in SKIPPABLE]

@@ -113,9 +113,9 @@ def _metric(row: dict[str, Any]) -> tuple[str, float | None]:
     memory = row.get("memory")
     if row.get("task") == "memorize" and row.get("group") == "memorize":
         if not isinstance(memory, dict) and isinstance(row.get("path"), str):
-            from analysis.runs import read_analysis
+            from analysis.runs import memory_summary
 
-            memory = ((read_analysis(row["path"]) or {}).get("summary") or {}).get("memory")
+            memory = memory_summary(row["path"])
         value = (memory or {}).get("bits_per_trainable_param")
         return "bits/param", None if value is None else float(value)
     acc = row.get("eval_acc")

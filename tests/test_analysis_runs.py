@@ -58,3 +58,25 @@ def test_empty_root_gives_empty_table_with_columns(tmp_path):
 def test_task_label_hides_file_lists():
     assert task_label("lm", {"text_file": ["x/valid.txt"], "seq_len": 64}) == "lm(seq_len=64)"
     assert task_label("dyck", {}) == "dyck"
+
+
+def test_a_diverged_or_failed_run_keeps_its_message_in_the_table(runs_root, tmp_path):
+    """summary.json's message is why a run stopped; the table (and the explorer) show it for any failed status."""
+    for name, status in (("div", "diverged"), ("err", "error"), ("elsewhere", "running elsewhere")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text((runs_root / "a" / "add_standard" / "run.json").read_text())
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": status, "message": f"why {name}",
+                                                                  "step": 3}))
+    df = load_runs(tmp_path).set_index("run")
+    assert df.loc["div", "status"] == "diverged" and df.loc["div", "error"] == "why div"
+    assert df.loc["err", "error"] == "why err" and df.loc["elsewhere", "error"] == "why elsewhere"
+    assert df.loc["div", "step"] == 3
+    assert load_runs(runs_root)["error"].isna().all()  # a finished run has no message
+
+
+def test_a_run_json_with_an_unknown_key_is_a_corrupt_row_naming_the_file(runs_root, tmp_path):
+    info = json.loads((runs_root / "a" / "add_standard" / "run.json").read_text())
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "run.json").write_text(json.dumps({**info, "trian": {}}))
+    row = load_runs(tmp_path).iloc[0]
+    assert row["status"] == "corrupt" and "run.json" in row["error"] and "'trian'" in row["error"]

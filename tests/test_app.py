@@ -1,11 +1,18 @@
-"""app.py, the Streamlit explorer, through streamlit.testing's AppTest: every view on the session's tiny runs
-directory (no exception, the expected widgets and numbers), an empty or missing directory, and broken runs."""
+"""The Streamlit explorer (app.py, the checkout's shim, runs explorer/app.py) through streamlit.testing's AppTest:
+every page on the session's tiny runs directory (no exception, the expected widgets and numbers), the Study page
+on a small study folder, an empty or missing directory, broken runs, and `mixit app`'s command line."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import signal
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +25,27 @@ from analysis import explore as ex
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
 
+def page_file(title: str) -> str:
+    """A page's file, relative to app.py (what AppTest.switch_page takes)."""
+    return f"explorer/pages/{title.lower()}.py"
+
+
+def header(at: AppTest) -> str:
+    """The page's title (its first header)."""
+    return at.header[0].value if len(at.header) else ""
+
+
 @pytest.fixture
 def app(explorer_runs, monkeypatch):
-    """Run the app on a runs directory (default: the tiny one) with some session state set first."""
+    """Run the app on a runs directory (default: the tiny one) at a page, with some session state set first."""
 
-    def run(runs_dir: Path | None = None, **state) -> AppTest:
+    def run(runs_dir: Path | None = None, page: str | None = None, **state) -> AppTest:
         monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(runs_dir or explorer_runs["root"])])
         at = AppTest.from_file(str(APP), default_timeout=120)
         for key, value in state.items():
             at.session_state[key] = value
+        if page is not None:  # as a click in the sidebar's navigation would (default: Study)
+            at.switch_page(page_file(page))
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         return at
@@ -78,7 +97,7 @@ def texts(elements) -> str:
 
 # --------------------------------------------------------------------------- empty and missing directories
 def test_empty_directory_shows_the_command_that_creates_runs(app, tmp_path):
-    at = app(tmp_path)
+    at = app(tmp_path, page="Runs")
     assert "No runs" in texts(at.warning)
     assert at.code[0].value == f"mixit reproduce --preset smoke --out {tmp_path}"
 
@@ -92,7 +111,7 @@ def test_missing_directory_is_an_error_with_the_command(app, tmp_path):
 
 # --------------------------------------------------------------------------- Runs
 def test_runs_view_lists_filters_and_sorts(app, explorer_runs):
-    at = app()
+    at = app(page="Runs")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["runs"] == "8" and metrics["unreadable"] == "1" and metrics["analysed"] == "3"
     assert "unreadable/bad-json" in texts(at.warning)  # a broken run is named, the rest listed
@@ -115,16 +134,27 @@ def test_runs_view_lists_filters_and_sorts(app, explorer_runs):
 
 
 def test_selected_runs_open_in_the_other_views(app):
-    at = app(selected=["retrieval/retrieval-mixit"])
-    assert "retrieval/retrieval-mixit" in texts(at.sidebar.markdown)
-    at.sidebar.radio(key="view").set_value("Run")
+    at = app(page="Runs", selected=["retrieval/retrieval-mixit"])
+    assert at.multiselect(key="selected").value == ["retrieval/retrieval-mixit"]  # the sidebar's selection
+    at.switch_page(page_file("Run"))
     rerun(at)
-    assert at.selectbox(key="run_run").value == "retrieval/retrieval-mixit"
+    assert header(at) == "Run" and at.selectbox(key="run_run").value == "retrieval/retrieval-mixit"
+    assert at.multiselect(key="selected").value == ["retrieval/retrieval-mixit"]  # kept across pages
+
+
+def test_the_study_page_opens_first_and_a_link_may_name_a_page(app, explorer_runs, monkeypatch):
+    assert header(app()) == "Study"
+    monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(explorer_runs["root"])])
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.query_params["view"] = "Heads"  # ?view=Heads&run=STUDY/RUN, as links to the single-page explorer were
+    at.query_params["run"] = "retrieval/retrieval-mixit"
+    at = rerun(at)
+    assert header(at) == "Heads" and at.multiselect(key="heads_runs").value[0] == "retrieval/retrieval-mixit"
 
 
 # --------------------------------------------------------------------------- Run
 def test_run_view_shows_metrics_curves_parameters_and_figures(app, explorer_runs):
-    at = app(view="Run", selected=["retrieval/retrieval-frozen_qk"])
+    at = app(page="Run", selected=["retrieval/retrieval-frozen_qk"])
     summary = json.loads((explorer_runs["frozen_qk"] / "summary.json").read_text())
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["eval accuracy"] == f"{summary['eval_acc']:.3f}"
@@ -135,14 +165,14 @@ def test_run_view_shows_metrics_curves_parameters_and_figures(app, explorer_runs
     steps = [json.loads(x)["step"] for x in (explorer_runs["frozen_qk"] / "metrics.jsonl").read_text().splitlines()]
     assert values(loss["data"][0]["x"]).tolist() == steps
     params = table(at, "component", "trainable")
-    assert params.set_index("component").loc["attn_qk", "frozen"] > 0
+    assert params.set_index("component").loc["qk", "frozen"] > 0
     assert params["frozen"].sum() == summary["params_frozen"]
     assert at.image[0].captions == ["retrieval_pairs"]  # it lies inside the runs directory, so it is shown
     assert "not analysed" in texts(at.info).lower()
 
 
 def test_run_view_of_broken_runs_shows_an_error_for_that_run_only(app):
-    at = app(view="Run", selected=["unreadable/bad-json"])
+    at = app(page="Run", selected=["unreadable/bad-json"])
     assert "cannot be read" in texts(at.error) and "run.json" in texts(at.error)
     at.selectbox(key="run_run").set_value("unreadable/truncated")
     rerun(at)
@@ -155,7 +185,7 @@ def test_run_view_of_broken_runs_shows_an_error_for_that_run_only(app):
 
 # --------------------------------------------------------------------------- Attention
 def test_attention_view_labels_mixit_fixed_matrices(app, explorer_runs):
-    at = app(view="Attention", selected=["retrieval/retrieval-mixit"])
+    at = app(page="Attention", selected=["retrieval/retrieval-mixit"])
     assert "input-independent" in texts(at.info)
     grid = chart(at, "attn_grid")
     assert [d["type"] for d in grid["data"]] == ["heatmap"] * 4
@@ -184,7 +214,7 @@ def test_a_grid_model_is_labelled_per_layer_and_its_learned_matrices_counted_apa
                           n_layers=len(extra["attention"]) if name == "mixed" else 1, n_heads=2, steps=2,
                           batch_size=8, eval_every=2, eval_samples=16, model_extra=extra)
         train(cfg, tmp_path / "grid" / name, progress=False)
-    at = app(runs_dir=tmp_path, view="Attention", selected=["grid/mixed"])
+    at = app(runs_dir=tmp_path, page="Attention", selected=["grid/mixed"])
     info = texts(at.info)
     assert "Layer(s) 0: fixed random matrices" in info and "every pattern" not in info
     titles = [a["text"] for a in chart(at, "attn_grid")["layout"]["annotations"]]
@@ -192,12 +222,12 @@ def test_a_grid_model_is_labelled_per_layer_and_its_learned_matrices_counted_apa
     model = ex.load_run_model(ex.open_root(tmp_path), tmp_path / "grid" / "learned")
     table = ex.parameter_table(model).set_index("component")
     size = {name.rsplit(".", 1)[-1]: p.numel() for name, p in model.named_parameters() if ".attn." in name}
-    assert table.loc["attn_mix", "trainable"] == size["A_learned"] == 2 * model.cfg.n_ctx ** 2  # not V/O parameters
-    assert table.loc["attn_vo", "total"] == sum(size[k] for k in ("W_V", "b_V", "W_O", "b_O"))
+    assert table.loc["mix", "trainable"] == size["A_learned"] == 2 * model.cfg.n_ctx ** 2  # not V/O parameters
+    assert table.loc["v", "total"] + table.loc["o", "total"] == sum(size[k] for k in ("W_V", "b_V", "W_O", "b_O"))
 
 
 def test_attention_view_token_ids_and_bad_input(app):
-    at = app(view="Attention", selected=["retrieval/retrieval-standard"])
+    at = app(page="Attention", selected=["retrieval/retrieval-standard"])
     assert at.radio(key="attn_source").value == "Eval sample"
     at.radio(key="attn_source").set_value("Token ids")
     rerun(at)
@@ -211,7 +241,7 @@ def test_attention_view_token_ids_and_bad_input(app):
 
 
 def test_attention_view_of_a_text_model_takes_text(app, explorer_runs):
-    at = app(view="Attention", selected=["lm/lm-standard"])
+    at = app(page="Attention", selected=["lm/lm-standard"])
     assert at.radio(key="attn_source").options == ["Text", "Token ids"]  # no eval samples: the corpus is outside
     at.text_area(key="attn_text").set_value("the fox")
     rerun(at)
@@ -222,7 +252,7 @@ def test_attention_view_of_a_text_model_takes_text(app, explorer_runs):
 # --------------------------------------------------------------------------- Heads
 def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     runs = ["retrieval/retrieval-standard", "retrieval/retrieval-mixit", "memorize/memorize-standard"]
-    at = app(view="Heads", heads_runs=runs)
+    at = app(page="Heads", heads_runs=runs)
     captions = texts(at.caption)
     assert "retrieval-standard`: stored by mixit analyze" in captions
     assert "retrieval-mixit`: computed now" in captions
@@ -247,7 +277,7 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
 
 def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
     runs = ["retrieval/retrieval-standard", "retrieval/retrieval-frozen_qk"]
-    at = app(view="Heads", heads_runs=runs)
+    at = app(page="Heads", heads_runs=runs)
     patched = chart(at, "heads_patching")
     stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "patching.csv")
     np.testing.assert_allclose(values(patched["data"][0]["z"]), ex.patching_grid(stored))
@@ -272,7 +302,7 @@ def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
 
 
 def test_run_view_step_slider_marks_the_curves(app):
-    at = app(view="Run", run_run="retrieval/retrieval-frozen_qk")
+    at = app(page="Run", run_run="retrieval/retrieval-frozen_qk")
     slider = at.select_slider(key="run_step")
     assert slider.options == ["0", "1", "30"] and slider.value == 30
     slider.set_value(1)
@@ -282,7 +312,7 @@ def test_run_view_step_slider_marks_the_curves(app):
 
 
 def test_heads_view_defaults_to_the_open_run_and_its_variants(app):
-    at = app(view="Heads", current_run="retrieval/retrieval-mixit")  # e.g. opened from a link or the Run view
+    at = app(page="Heads", current_run="retrieval/retrieval-mixit")  # e.g. opened from a link or the Run view
     shown = at.multiselect(key="heads_runs").value
     assert shown[0] == "retrieval/retrieval-mixit"
     assert {"retrieval/retrieval-standard", "retrieval/retrieval-frozen_qk"} <= set(shown)
@@ -290,14 +320,14 @@ def test_heads_view_defaults_to_the_open_run_and_its_variants(app):
 
 
 def test_heads_view_with_a_broken_run_still_shows_the_others(app):
-    at = app(view="Heads", selected=["unreadable/bad-json", "retrieval/retrieval-standard"])
+    at = app(page="Heads", selected=["unreadable/bad-json", "retrieval/retrieval-standard"])
     assert "unreadable/bad-json cannot be read" in texts(at.error)
     assert chart(at, "heads_induction")["data"]
 
 
 # --------------------------------------------------------------------------- Compare
 def test_compare_view(app, explorer_runs):
-    at = app(view="Compare", selected=["retrieval/retrieval-mixit"])
+    at = app(page="Compare", selected=["retrieval/retrieval-mixit"])
     assert at.selectbox(key="cmp_task").value == "retrieval(num_values=8, pairs=3)"
     assert len(table(at, "status", "tokens_per_s")) == 4  # three variants and the truncated copy of the standard run
     acc = chart(at, "cmp_eval_acc")
@@ -313,7 +343,7 @@ def test_compare_view(app, explorer_runs):
 
 # --------------------------------------------------------------------------- Predict
 def test_predict_view_top_k(app, explorer_runs):
-    at = app(view="Predict", selected=["retrieval/retrieval-standard"])
+    at = app(page="Predict", selected=["retrieval/retrieval-standard"])
     root = ex.open_root(explorer_runs["root"])
     task = ex.run_task(root, explorer_runs["standard"])
     example = ex.eval_example(task, 0)
@@ -331,42 +361,214 @@ def test_predict_view_top_k(app, explorer_runs):
 
 
 def test_predict_view_of_a_classifier(app):
-    at = app(view="Predict", selected=["sentiment/sentiment-mixit"])
+    at = app(page="Predict", selected=["sentiment/sentiment-mixit"])
     probs = table(at, "class", "probability")
     assert probs["class"].tolist() == ["0", "1"] and probs["probability"].sum() == pytest.approx(1.0)
 
 
+# --------------------------------------------------------------------------- Study
+FINDINGS = [
+    {"id": 1, "finding": "Attention retrieves", "criterion": "retrieval: mixit at least 20 points below standard",
+     "ours": "standard 100; mixit 12", "holds": True, "verdict": "holds", "verdict_text": "holds",
+     "reference": "standard 100; mixit 11",
+     "runs": ["retrieval/retrieval-standard", "retrieval/retrieval-mixit", "elsewhere/not-here"],
+     "parts": [{"part": "retrieval", "ours": "100 vs 12", "reference": "100 vs 11", "agrees": True}]},
+    {"id": 2, "finding": "MLP memorizes", "criterion": "memorize: standard stores more bits per parameter",
+     "ours": "standard 1.2; mixit 1.5", "holds": False, "verdict": "reproduction_failure",
+     "verdict_text": "does not hold while the authors' code does: a reproduction failure",
+     "reference": "standard 1.9; mixit 1.1"},
+]
+
+
+def write_study(cwd: Path, runs_from: Path, preset: str = "tiny") -> Path:
+    """A study folder as `mixit reproduce --preset tiny` leaves one in `cwd`: runs/tiny (a copy of the tiny runs,
+    its reproduce.json naming the other two), reports/tiny (findings.json, components.csv, scale_dyck.csv) and
+    figures/out/tiny (two figures). Returns the runs folder, relative to `cwd`."""
+    from PIL import Image
+
+    runs = Path("runs") / preset
+    shutil.copytree(runs_from, cwd / runs)
+    (cwd / runs / "reproduce.json").write_text(json.dumps({
+        "preset": preset, "report_dir": f"reports/{preset}", "figures_dir": f"figures/out/{preset}",
+        "failed_figures": {"speed": "no speed measurements"}}))
+    report = cwd / "reports" / preset
+    report.mkdir(parents=True)
+    (report / "findings.json").write_text(json.dumps(FINDINGS))
+    pd.DataFrame({"task": ["retrieval"], "variant": ["standard"], "attention_share": [0.9]}).to_csv(
+        report / "components.csv", index=False)
+    pd.DataFrame({"variant": ["standard", "mixit"], "max_pairs": [4, 4], "accuracy": [100.0, 90.0]}).to_csv(
+        report / "scale_dyck.csv", index=False)
+    figures = cwd / "figures" / "out" / preset
+    figures.mkdir(parents=True)
+    for name, color in (("task_accuracy", (0, 114, 178)), ("retrieval_pairs", (213, 94, 0))):
+        Image.new("RGB", (40, 20), color).save(figures / f"{name}.png")
+    return runs
+
+
+@pytest.fixture
+def study(explorer_runs, tmp_path, monkeypatch) -> Path:
+    """A study folder in a fresh working directory (write_study); the runs folder, relative to it."""
+    monkeypatch.chdir(tmp_path)
+    return write_study(tmp_path, explorer_runs["root"])
+
+
+def test_study_page_shows_every_finding_with_its_verdict_figures_and_tables(app, study):
+    at = app(study)
+    assert header(at) == "Study" and not at.info  # nothing missing
+    cards = texts(at.markdown)
+    assert "1. Attention retrieves" in cards and ":green[**holds**]" in cards
+    assert "2. MLP memorizes" in cards and ":red[**does not hold while the authors' code does" in cards
+    assert "- standard 1.9" in cards  # the authors' code's numbers beside ours
+    captions = texts(at.caption)
+    assert "Criterion: retrieval: mixit at least 20 points below standard" in captions
+    assert "Preset `tiny`" in captions and "report `reports/tiny`" in captions
+    assert "1 more not in this folder" in captions and "speed: failed (no speed measurements)" in captions
+    assert table(at, "part", "agrees")["agrees"].tolist() == [True]
+    assert sorted(c for image in at.image for c in image.captions) == ["retrieval_pairs", "task_accuracy"]
+    assert table(at, "attention_share")["attention_share"].tolist() == [0.9]
+    assert table(at, "max_pairs", "accuracy")["accuracy"].tolist() == [100.0, 90.0]
+    assert {h.value for h in at.subheader} >= {"Findings", "Figures", "Who does the work", "Where the findings emerge"}
+
+
+def test_a_finding_opens_its_runs_in_another_page(app, study):
+    at = app(study)
+    at.button(key="finding_1_heads").click()
+    at = rerun(at)
+    mine = ["retrieval/retrieval-standard", "retrieval/retrieval-mixit"]
+    assert header(at) == "Heads"
+    assert at.multiselect(key="selected").value == mine and at.multiselect(key="heads_runs").value == mine
+
+
+def test_study_page_on_a_plain_runs_folder_says_in_one_line_what_it_cannot_show(app, explorer_runs, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    at = app()  # reproduce.json names a figures folder only
+    assert header(at) == "Study" and len(at.info) == 1
+    assert at.info[0].value.startswith("Not shown: findings and tables (no report folder: looked at reports/tiny)")
+    assert [c for image in at.image for c in image.captions] == ["retrieval_pairs"]
+    mine = tmp_path / "mine"  # a runs folder of one's own: no reproduce.json at all
+    shutil.copytree(explorer_runs["standard"], mine / "study" / "run")
+    at = app(mine)
+    assert len(at.info) == 1 and "reports/mine" in at.info[0].value and "figures/out/mine" in at.info[0].value
+    assert not at.error
+
+
+def test_the_last_study_names_the_report_when_the_manifest_does_not(explorer_runs, tmp_path, monkeypatch):
+    from explorer import report
+
+    monkeypatch.chdir(tmp_path)
+    runs = write_study(tmp_path, explorer_runs["root"])
+    (tmp_path / "reports" / "tiny").rename(tmp_path / "elsewhere")
+    (tmp_path / runs / "reproduce.json").write_text(json.dumps({"preset": "tiny"}))
+    assert report.locate(runs).report_dir is None
+    (tmp_path / ".mixit_cache").mkdir()
+    (tmp_path / ".mixit_cache" / "last_study.json").write_text(json.dumps({"runs_dir": str(runs),
+                                                                          "report_dir": "elsewhere"}))
+    found = report.locate(runs)
+    assert found.report_dir == tmp_path / "elsewhere" and found.figures_dir == tmp_path / "figures/out/tiny"
+    assert [f["id"] for f in report.read_findings(found.report_dir)] == [1, 2]
+
+
+def test_a_diverged_run_shows_its_message(app, explorer_runs, tmp_path):
+    run = tmp_path / "retrieval" / "diverged"
+    shutil.copytree(explorer_runs["standard"], run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(status="diverged", message="loss is nan at step 12; the checkpoint of step 10 is kept")
+    (run / "summary.json").write_text(json.dumps(summary))
+    at = app(tmp_path, page="Runs")
+    assert "retrieval/diverged`: diverged: loss is nan at step 12" in texts(at.warning)
+    assert table(at, "run", "message")["message"].iloc[0].startswith("loss is nan at step 12")
+    at = app(tmp_path, page="Run", selected=["retrieval/diverged"])
+    assert "Training diverged: loss is nan at step 12" in texts(at.error)
+
+
 # --------------------------------------------------------------------------- mixit app
-def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, monkeypatch):
+def free_port() -> int:
+    """A port the OS says is free now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def launched(monkeypatch) -> list[list[str]]:
+    """The command lines `mixit app` would serve (nothing is started)."""
+    from cli import app as app_cli
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(app_cli, "launch", lambda cmd: commands.append(cmd) or 0)
+    return commands
+
+
+def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, launched):
+    import explorer
     from cli import app as app_cli
     from cli.main import COMMAND_MODULES, main
 
     assert COMMAND_MODULES[-1] is app_cli
-    launched = []
-    monkeypatch.setattr(app_cli.os, "execv", lambda path, cmd: launched.append(cmd))
-    assert main(["app", str(explorer_runs["root"]), "--port", "8765", "--headless"]) == 0
+    port = free_port()
+    assert main(["app", str(explorer_runs["root"]), "--port", str(port), "--headless"]) == 0
     cmd = launched[0]
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
-    assert cmd[cmd.index("--server.port") + 1] == "8765" and "--server.headless" in cmd
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == Path(explorer.__file__).parent / "app.py"
+    assert cmd[cmd.index("--server.port") + 1] == str(port) and "--server.headless" in cmd
     assert cmd[cmd.index("--"):] == ["--", "--runs", str(explorer_runs["root"])]
+
+
+def test_mixit_app_without_a_folder_opens_the_last_study(tmp_path, monkeypatch, launched, capsys):
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("older", "newer"):  # no last_study.json: the newest runs/*/reproduce.json
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "reproduce.json").write_text("{}")
+    os.utime(tmp_path / "runs" / "older" / "reproduce.json", (1, 1))
+    assert main(["app", "--headless"]) == 0 and launched[-1][-1] == str(Path("runs/newer"))
+    (tmp_path / ".mixit_cache").mkdir()
+    (tmp_path / ".mixit_cache" / "last_study.json").write_text(json.dumps(
+        {"runs_dir": str(tmp_path / "runs/older"), "report_dir": str(tmp_path / "reports/older"),
+         "figures_dir": str(tmp_path / "figures/out/older"), "preset": "older"}))  # as mixit reproduce writes it
+    assert main(["app", "--headless"]) == 0 and launched[-1][-1] == "runs/older"
+    assert "runs/older" in capsys.readouterr().err  # it says which folder it opened
+
+
+def test_mixit_app_with_nothing_to_open_says_where_to_point_it(tmp_path, monkeypatch, launched, capsys):
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["app"]) == 2 and not launched
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mixit app DIR" in err and "mixit reproduce" in err
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(sig, status):
+    from cli.app import launch
+
+    server = [sys.executable, "-c", "import time; time.sleep(60)"]  # stands in for streamlit
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), sig))  # Ctrl-C, or `kill PID`, on `mixit app`
+    timer.start()
+    started = time.monotonic()
+    try:
+        assert launch(server) == status
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 30  # the server stopped with it
 
 
 @pytest.mark.parametrize("args, message", [(["nowhere"], "runs directory 'nowhere' does not exist"),
                                            (["ROOT", "--port", "0"], "--port=0 must lie in 1..65535")])
-def test_mixit_app_bad_input_is_one_line(explorer_runs, monkeypatch, capsys, args, message):
-    from cli import app as app_cli
+def test_mixit_app_bad_input_is_one_line(explorer_runs, launched, capsys, args, message):
     from cli.main import main
 
-    monkeypatch.setattr(app_cli.os, "execv", lambda path, cmd: pytest.fail("must not launch"))
     args = [str(explorer_runs["root"]) if a == "ROOT" else a for a in args]
-    assert main(["app", *args]) == 2
+    assert main(["app", *args]) == 2 and not launched
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 
 
-def test_mixit_app_without_app_py_says_where_it_runs(tmp_path):
+def test_mixit_app_without_the_explorer_file_is_one_line(tmp_path):
     from cli.app import streamlit_command
     from cli.main import CLIError
 
-    with pytest.raises(CLIError, match="editable install"):
+    with pytest.raises(CLIError, match="reinstall mixit-lab"):
         streamlit_command(tmp_path, app=tmp_path / "app.py")

@@ -1,6 +1,7 @@
 """The explorer in a real browser: start `streamlit run app.py` on a free localhost port and drive headless
-Chromium (Playwright) through Runs -> Attention -> Heads (head scores, the patching heatmap, the training-step
-slider) on the session's tiny runs directory.
+Chromium (Playwright) through Study (findings, figures, tables) -> Runs -> Attention -> Heads (head scores, the
+patching heatmap, the training-step slider) -> a finding's runs opened from Study, on a small study folder
+(tests/test_app.py's write_study: the session's tiny runs, a report folder and a figures folder).
 
 Needs the `playwright` Python package (dev extra) and a Chromium: Debian's `chromium` (/usr/bin/chromium,
 which .ci/run installs when it can), another on PATH, or MIXIT_CHROMIUM=/path/to/chrome. Without them the
@@ -46,13 +47,16 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(explorer_runs, tmp_path):
-    """`streamlit run app.py -- --runs ROOT` on a free port; yields its URL, stops it afterwards."""
+    """`streamlit run app.py -- --runs runs/tiny` in a study folder, on a free port; yields its URL, stops it after."""
+    from test_app import write_study
+
+    runs = write_study(tmp_path, explorer_runs["root"])
     port = free_port()
     log = open(tmp_path / "streamlit.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--", "--runs", str(explorer_runs["root"])],
+         "--", "--runs", str(runs)],
         cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
     )
@@ -90,12 +94,28 @@ def wait_until_idle(page) -> None:
 
 
 def open_view(page, name: str) -> None:
-    page.locator('[data-testid="stSidebar"]').get_by_text(name, exact=True).click()
+    """Click a page in the sidebar's navigation and wait until it has drawn."""
+    page.locator('[data-testid="stSidebarNav"]').get_by_text(name, exact=True).click()
     page.get_by_role("heading", name=name, exact=True).wait_for(timeout=TIMEOUT_MS)
     wait_until_idle(page)
 
 
-def test_runs_attention_heads_in_a_browser(server, tmp_path):
+def check_study(page) -> None:
+    """The Study page: both findings with their verdicts, the figures, and the report's tables."""
+    page.get_by_role("heading", name="Study", exact=True).wait_for(timeout=TIMEOUT_MS)
+    wait_until_idle(page)
+    page.get_by_text("1. Attention retrieves").wait_for(timeout=TIMEOUT_MS)
+    page.get_by_text("2. MLP memorizes").wait_for(timeout=TIMEOUT_MS)
+    page.get_by_text("a reproduction failure").first.wait_for(timeout=TIMEOUT_MS)
+    for heading in ("Findings", "Figures", "Who does the work", "Where the findings emerge"):
+        page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=TIMEOUT_MS)
+    figures = page.locator('[data-testid="stMain"] img')  # the browser fetches each figure after the script ran
+    figures.nth(1).wait_for(timeout=TIMEOUT_MS)
+    assert figures.count() == 2
+    assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
+
+
+def test_study_runs_attention_heads_in_a_browser(server, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
                                    "(pip install playwright; it is in the dev extra)")
     chromium = find_chromium()
@@ -109,20 +129,22 @@ def test_runs_attention_heads_in_a_browser(server, tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.goto(server, timeout=TIMEOUT_MS)
-            page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=TIMEOUT_MS)
-            wait_until_idle(page)
+            check_study(page)
+            page.screenshot(path=str(tmp_path / "study.png"), full_page=True)
+
+            open_view(page, "Runs")
             page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=TIMEOUT_MS)
             assert "8" in page.locator('[data-testid="stMetricValue"]').first.inner_text()
             assert page.locator(ERRORS).count() == 0
 
             open_view(page, "Attention")
             # The run that kept checkpoints; the Heads view then opens on it and its study's other variants.
-            page.get_by_role("combobox").first.click()
+            page.locator('[data-testid="stMain"]').get_by_role("combobox").first.click()  # the page's Run, not the sidebar
             page.keyboard.type("retrieval-frozen_qk")
             page.keyboard.press("Enter")
             wait_until_idle(page)
             page.locator(".js-plotly-plot").nth(1).wait_for(timeout=TIMEOUT_MS)  # the grid and one enlarged head
-            page.get_by_role("radio", name="L0 H1", exact=True).click()  # a pill: "click a head to enlarge"
+            page.locator('[data-testid="stMain"]').get_by_text("L0 H1", exact=True).click()  # a pill: "click a head to enlarge"
             wait_until_idle(page)
             page.get_by_text("layer 0, head 1").first.wait_for(timeout=TIMEOUT_MS)
             assert page.locator(ERRORS).count() == 0
@@ -146,6 +168,15 @@ def test_runs_attention_heads_in_a_browser(server, tmp_path):
             shot = tmp_path / "heads.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000
+            assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
+
+            # A finding's runs, opened from Study: they become the selection and the Runs page opens.
+            open_view(page, "Study")
+            page.get_by_role("button", name="Open in Runs").first.click()
+            page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=TIMEOUT_MS)
+            wait_until_idle(page)
+            sidebar = page.locator('[data-testid="stSidebar"]')
+            assert "retrieval/retrieval-mixit" in sidebar.inner_text()
             assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
         finally:
             browser.close()

@@ -1,17 +1,21 @@
-"""The code's shape: the layer contract (import-linter, configured in pyproject.toml), no import cycles
-anywhere, and only the command line turning errors into exit codes."""
+"""docs/architecture.md's rules, each a test: the layer contract (import-linter, configured in pyproject.toml), no
+import cycles anywhere, only the command line turning errors into exit codes, one owner for each file name and
+vocabulary, one set of defaults; and a test that every rule the document lists names its test here (or says why
+it is a convention)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
+from pathlib import Path
 
 import grimp
 import pytest
 
 from conftest import ROOT
 
-PACKAGES = ("models", "training", "analysis", "figures", "reproduce", "cli")
+PACKAGES = ("models", "training", "analysis", "figures", "reproduce", "explorer", "cli")  # cli last: the top
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -104,7 +108,8 @@ def test_json_files_are_read_where_docs_architecture_says():
     assert _modules_calling({"load", "loads"}) == {
         "models.files", "models.tokenizer",  # read_json; a tokenizer's own JSON string, re-indented
         "models.checkpoint", "training.tasks.cache", "reproduce.pipeline", "analysis.analyze",
-        "training.rundir", "training.sweep", "analysis.explore",
+        "training.rundir", "training.sweep",
+        "explorer.report",  # findings.json, a list (read_json takes objects)
     }
 
 
@@ -145,3 +150,182 @@ def test_module_docstrings_name_modules_and_names_that_exist():
                 if not hasattr(importlib.import_module(pkg), name):
                     stale.append(f"{path.relative_to(ROOT)}: {pkg}.{name}")
     assert stale == []
+
+
+# --------------------------------------------------------------------------- one owner for each file name
+# A string literal that is a file name (or the end of one, as ".csv" in f"{name}.csv"); docstrings are prose.
+FILE_NAME = re.compile(r"^[\w./{}*-]*\.(json|jsonl|csv|safetensors|lock|npy|pt|parquet)$")
+# The modules that own a file format, and so spell its file names (docs/architecture.md, "Run directory").
+FILE_NAME_OWNERS = {
+    "training/rundir.py": "the run directory and the runs folder",
+    "models/checkpoint.py": "the checkpoint folder (config.json, model.safetensors)",
+    "models/tokenizer.py": "a checkpoint's tokenizer.json",
+    "training/tasks/cache.py": "the token cache's own files, in the folder it is passed",
+    "training/precision.py": "the machine's bf16 speed cache, outside any run",
+    "reproduce/reference.py": "the authors' recorded runs, a data file of the package",
+    "reproduce/report.py": "the report folder (report.md, findings.json, its tables)",
+}
+# Literals that are not a file this code names: the suffix of a file the user gives.
+NOT_FILE_NAMES = {
+    ("training/sweep.py", ".json"),  # a grid file given as JSON rather than YAML
+    ("training/tasks/corpora.py", ".csv"),  # a corpus given as CSV
+    ("reproduce/pipeline.py", ".json"),  # a cached table's settings beside it (path.with_suffix)
+}
+# Spelled outside their owner still, in files whose owners are fixing them; this list only shrinks (a test checks).
+NOT_YET_MOVED = {
+    ("figures/attention_maps.py", "heads.csv"),  # a caption naming the table: training.rundir.ANALYSIS_TABLE
+}
+
+
+def _source_files() -> list[Path]:
+    return [*(p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))), ROOT / "app.py"]
+
+
+def _file_name_literals(path: Path) -> set[str]:
+    """The string literals of a module that look like file names, docstrings left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and FILE_NAME.match(node.value)}
+
+
+def test_file_names_are_spelled_by_their_owner_only():
+    """docs/architecture.md, "Run directory and runs folder": nobody else spells a file name."""
+    found = {(str(path.relative_to(ROOT)), literal) for path in _source_files()
+             if str(path.relative_to(ROOT)) not in FILE_NAME_OWNERS for literal in _file_name_literals(path)}
+    assert found - NOT_FILE_NAMES - NOT_YET_MOVED == set(), "use training.rundir's constants (or the owner's)"
+    assert NOT_YET_MOVED <= found, f"moved to its owner: drop it from NOT_YET_MOVED: {NOT_YET_MOVED - found}"
+
+
+def test_the_file_name_scan_finds_an_f_string_and_skips_docstrings(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""Writes heads.csv."""\ndef f(name):\n    return f"{name}.csv", "run.json"\n')
+    assert _file_name_literals(module) == {".csv", "run.json"}
+
+
+# --------------------------------------------------------------------------- one vocabulary each
+def test_one_component_vocabulary():
+    """Freezing and the parameter table name components alike: component_of answers with COMPONENTS' keys, for
+    every parameter of every variant (and a classifier)."""
+    from models import VARIANTS, ModelConfig, build_model
+    from models.config import COMPONENTS, component_of
+    from models.transformer import component_of as re_exported
+
+    assert re_exported is component_of
+    seen = set()
+    for variant in VARIANTS:
+        for extra in ({}, {"n_classes": 2, "causal": False}, {"attention": "learned"}):
+            model = build_model(ModelConfig(variant=variant, d_model=16, n_layers=2, n_heads=2, d_vocab=8, n_ctx=8,
+                                            **extra))
+            seen |= {row["component"] for row in model.parameter_table()}
+    assert seen <= set(COMPONENTS) and {"embed", "qk", "v", "o", "mix", "mlp", "norms", "ln_final", "unembed"} <= seen
+    assert component_of("blocks.3.attn.W_Q") == "qk" and component_of("classifier.W_C") == "unembed"
+    with pytest.raises(ValueError, match="'blocks.0.wings.W'"):
+        component_of("blocks.0.wings.W")
+
+
+def test_one_head_score_vocabulary():
+    """analysis.heads.HEAD_SCORES names every score column and every label; the explorer shows the same dict."""
+    from analysis import explore, heads
+
+    assert explore.HEAD_SCORES is heads.HEAD_SCORES
+    assert set(heads.HEAD_SCORES) == {*heads.SCORES, "copying"}
+    assert set(heads.LABEL_THRESHOLDS) <= set(heads.HEAD_SCORES)
+    assert not hasattr(heads, "LABEL_NAMES")
+
+
+# --------------------------------------------------------------------------- facts about a task
+TASK_NAME_DECISIONS_CHECKED = ("analysis/analyze.py", "cli/main.py", "cli/analyze.py")
+
+
+def test_analysis_decides_by_task_class_attributes_not_names():
+    """docs/architecture.md, "Facts about a task": no comparison of a task's name with a literal in the modules
+    that ask for facts (selecting runs by name, elsewhere, is allowed)."""
+    for relative in TASK_NAME_DECISIONS_CHECKED:
+        for node in ast.walk(ast.parse((ROOT / relative).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "name":
+                literals = [c for c in node.comparators if isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set))]
+                assert not literals, f"{relative}:{node.lineno} decides by task name; ask the task class"
+
+
+# --------------------------------------------------------------------------- one set of defaults
+def _defaults(parser, command: str) -> dict[str, object]:
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    return {a.dest: a.default for a in sub._actions if a.option_strings and not a.required}
+
+
+def test_the_command_line_restates_no_default():
+    """docs/architecture.md, "Typed options": each option of mixit train / sweep / analyze that sets a TrainConfig or
+    AnalysisOptions field defaults to that field's own default (a sweep's: a one-element list of it)."""
+    import dataclasses
+
+    from analysis.analyze import AnalysisOptions
+    from cli.main import build_parser
+    from training.trainer import TrainConfig
+
+    parser = build_parser()
+    for cls, command, many in ((TrainConfig, "train", False), (TrainConfig, "sweep", True),
+                               (AnalysisOptions, "analyze", False)):
+        fields = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        shown = _defaults(parser, command)
+        checked = set(shown) & set(fields)
+        assert len(checked) >= 5, (command, checked)
+        for name in checked:
+            if isinstance(shown[name], bool) or (many and name not in ("d_model", "n_layers", "n_heads", "lr")):
+                expected = fields[name]
+            else:
+                expected = [fields[name]] if many else fields[name]
+            assert shown[name] == expected, f"mixit {command} --{name.replace('_', '-')}"
+
+
+def test_typed_options_refuse_unknown_keys_naming_them():
+    """docs/architecture.md, "Typed options": each from_dict refuses an unknown key with one line naming it."""
+    from analysis.analyze import AnalysisOptions
+    from reproduce.preset import Preset, Study
+    from training.trainer import TrainConfig
+
+    for cls, data in ((TrainConfig, {"bogus_key": 1}), (AnalysisOptions, {"bogus_key": 1}),
+                      (Study, {"tasks": ["addition"], "bogus_key": 1}),
+                      (Preset, {"studies": {"a": {"tasks": ["addition"]}}, "bogus_key": 1})):
+        with pytest.raises(ValueError, match="bogus_key") as refused:
+            cls.from_dict(data) if cls is not Study else cls.from_dict("a", data)
+        assert "\n" not in str(refused.value) and "allowed" in str(refused.value)
+
+
+def test_caches_are_passed_explicitly():
+    """docs/architecture.md, "Caches are passed explicitly": the token cache is a keyword-only argument."""
+    import inspect
+
+    from training.tasks import get_task
+    from training.trainer import TrainConfig
+
+    assert inspect.signature(get_task).parameters["cache_dir"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert "cache_dir" in inspect.signature(TrainConfig.build_task).parameters
+
+
+# --------------------------------------------------------------------------- every rule has its test
+def _rules_table() -> list[tuple[str, str]]:
+    """The rows (rule, how it is kept) of docs/architecture.md's "Which test keeps each rule"."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Which test keeps each rule", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    return [(rule.strip(), kept.strip()) for rule, kept in rows[1:]]  # less the header
+
+
+def test_every_rule_of_the_architecture_names_its_test_or_is_a_convention():
+    """Each bold rule of "One owner for each format and fact" and each row of the rules table either names tests
+    that exist (`tests/FILE.py::test_name`) or says "convention" and why."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    owners = text.split("### One owner for each format and fact", 1)[1].split("\n## ", 1)[0]
+    bold = [m.rstrip(":.").strip() for m in re.findall(r"^- \*\*(.+?)\*\*", owners, flags=re.M)]
+    table = _rules_table()
+    assert table and set(bold) <= {rule for rule, _ in table}, set(bold) - {rule for rule, _ in table}
+    for rule, kept in table:
+        tests = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", kept)
+        if not tests:
+            assert kept.lower().startswith("convention") and len(kept) > len("convention: "), rule
+        for file, name in tests:
+            tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+            assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, f"{rule}: {file}::{name}"

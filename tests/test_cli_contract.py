@@ -126,10 +126,26 @@ CASES = [
     ("a sweep of no seeds", ["sweep", "{tmp}/noseeds.yaml", "--out", "{tmp}/r", *SMALL[:-1]], "seeds=[]"),
     ("attention twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--attention", "mixing", "--attention",
                          "softmax"], "--attention given 2 times"),
+    # Values argparse accepts and a library below the CLI refuses with a ValueError, before any work starts
+    # (cli.common.input_errors): exit 2 and one line, not exit 1.
+    ("batch size TrainConfig refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--batch-size", "0"],
+     "mixit train: error: batch_size=0"),
+    ("task parameter get_task refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--digits", "0"],
+     "mixit train: error: addition: digits=0"),
+    ("model shape ModelConfig refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--n-heads", "3"],
+     "mixit train: error: d_model=128 must be divisible by n_heads=3"),
+    ("a sweep's task parameter get_task refuses", ["sweep", "--tasks", "addition", "--digits", "0", "--dry-run",
+                                                  "--out", "{tmp}/s"], "mixit sweep: error: addition: digits=0"),
+    ("a sweep's device", ["sweep", "--tasks", "addition", "--device", "bogus", "--out", "{tmp}/s", *SMALL[:-1]],
+     "device='bogus'"),
+    ("a preset key", ["reproduce", "--preset", "{tmp}/badkey.yaml", "--dry-run"], "unknown keys ['bogus']"),
+    ("a preset study's train key", ["reproduce", "--preset", "{tmp}/badtrain.yaml", "--dry-run"], "'bogus'"),
+    ("analyze on a misspelled device", ["analyze", "{tmp}/ckpt", "--device", "bogus"], "--device='bogus'"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
                   "cuda"))
+    CASES.append(("analyze on a GPU that is not there", ["analyze", "{tmp}/ckpt", "--device", "cuda"], "cuda"))
     CASES.append(("a GPU that is not there, on 2 processes", ["train", "--task", "addition", "--out", "{tmp}/r",
                                                              "--device", "cuda", "--nproc", "2", *SMALL], "cuda"))
 
@@ -143,6 +159,13 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "novariants.yaml").write_text("variants: []\ntasks: [addition]\n")
     (tmp_path / "notasks.yaml").write_text("variants: [standard]\ntasks: []\n")
     (tmp_path / "noseeds.yaml").write_text("tasks: [addition]\nseeds: []\n")
+    (tmp_path / "badkey.yaml").write_text("bogus: 1\nstudies:\n  a: {tasks: [addition]}\n")
+    (tmp_path / "badtrain.yaml").write_text("studies:\n  a: {tasks: [addition], train: {bogus: 1}}\n")
+    if "{tmp}/ckpt" in argv:  # a bare checkpoint to analyse
+        from models import ModelConfig, build_model
+
+        tiny = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_vocab=8, n_ctx=8)
+        build_model(tiny).save_pretrained(tmp_path / "ckpt")
     (tmp_path / "lm.txt").write_text(generated_corpora["lm"].read_text())
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
     if named == "steps":  # the runs folder holds a run of the preset trained with other settings
@@ -180,3 +203,28 @@ def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path, mixit, mo
     lines = done.stderr.strip().splitlines()
     assert done.returncode == EXIT_USAGE and len(lines) == 1, done.stderr[-1500:]
     assert f"--port={port} is already in use" in lines[0]
+
+
+def test_a_value_error_after_work_starts_is_a_bug_not_bad_input(tmp_path, monkeypatch):
+    """cli.common's boundary, the other side: a ValueError raised once training has started is not turned into exit 2
+    or a one-line message; it propagates, so `python -m cli` prints its traceback and exits 1."""
+    import cli.main
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the trainer")
+
+    monkeypatch.setattr(cli.main, "train", broken)
+    with pytest.raises(ValueError, match="a bug in the trainer"):
+        cli.main.main(["train", "--task", "addition", "--out", str(tmp_path / "r"), *SMALL])
+
+
+def test_input_errors_makes_one_line_naming_the_command():
+    """A multi-line ValueError raised while validating becomes one CLIError line; other exceptions pass through."""
+    from cli.common import CLIError, input_errors
+
+    with pytest.raises(CLIError, match=r"^mixit sweep: error: first second$"):
+        with input_errors("sweep"):
+            raise ValueError("first\nsecond")
+    with pytest.raises(RuntimeError):
+        with input_errors("sweep"):
+            raise RuntimeError("not the user's")

@@ -130,6 +130,23 @@ def test_the_tables_hold_the_runs_metrics(scale_dir):
     assert _row(depth, variant=FROZEN, d_model=256, n_layers=8)["mean"] == pytest.approx(99.0)
 
 
+def test_a_task_parameter_a_run_did_not_give_is_the_tasks_default(tmp_path):
+    from analysis.runs import load_runs
+    from training.tasks import TASKS, resolved_task_params
+
+    default = TASKS["dyck"]().max_pairs  # what the task builds when not given one
+    assert resolved_task_params("dyck", {}) == {"max_pairs": default}
+    assert resolved_task_params("memorize", {"n": 48, "d": None})["d"] == TASKS["memorize"](n=48).d  # None: default
+    assert resolved_task_params("my_pkg.tasks:Mine", {"x": 1}) == {"x": 1}  # not registered: as given
+    _run(tmp_path, "scale-dyck", "standard", "dyck", {}, 0.9)
+    _run(tmp_path, "scale-dyck", "standard", "dyck", {"max_pairs": 8}, 0.8)
+    table = emergence_tables(tmp_path)["scale_dyck"]
+    assert sorted(table["max_pairs"]) == [8, default]
+    # A runs table given is read instead of the folder (the report reads the runs once).
+    given = emergence_tables(tmp_path / "elsewhere", runs=load_runs(tmp_path))["scale_dyck"]
+    assert given.equals(table)
+
+
 def test_the_paper_numbers_are_the_reports():
     from reproduce.report import PAPER
 

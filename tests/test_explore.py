@@ -312,7 +312,7 @@ def test_parameter_table_adds_up(root, explorer_runs):
     table = ex.parameter_table(model)
     counts = model.parameter_counts()
     assert table["trainable"].sum() == counts["trainable"] and table["frozen"].sum() == counts["frozen"]
-    assert table.set_index("component").loc["attn_qk", "trainable"] == 0
+    assert table.set_index("component").loc["qk", "trainable"] == 0
 
 
 def test_comparison_tables(root, runs, explorer_runs):

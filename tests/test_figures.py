@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import figures
-from figures import FIGURE_NAMES, FigureError, make_all
-from figures.common import best_config, default_out_dir, param
+from figures import FIGURE_NAMES, FigureError, Runs, make_all
+from figures.common import NoData, best_config, default_out_dir, param, scored_by_loss
 from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
 from models import VARIANTS
 from training import TrainConfig, train
@@ -109,6 +109,12 @@ def runs_dir(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def runs(runs_dir) -> Runs:
+    """The runs folder as every figure draws from it (its table read once, as make_all shares it)."""
+    return Runs(runs_dir)
+
+
 def _is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -118,8 +124,8 @@ def _is_pdf(path: Path) -> bool:
 
 
 @pytest.mark.parametrize("name", FIGURE_NAMES)
-def test_each_figure_writes_png_and_pdf(runs_dir, tmp_path, name):
-    fig = figures.FIGURES[name].plot(runs_dir)
+def test_each_figure_writes_png_and_pdf(runs, tmp_path, name):
+    fig = figures.FIGURES[name].plot(runs)
     paths = save(fig, tmp_path, name)
     assert [p.name for p in paths] == [f"{name}.png", f"{name}.pdf"]
     assert _is_png(paths[0]) and _is_pdf(paths[1])
@@ -145,8 +151,56 @@ def test_make_all_draws_what_has_data_and_skips_the_rest(runs_dir, tmp_path):
     assert isinstance(results["lm_curves"], str) and "lm" in results["lm_curves"]
 
 
+def _count_loads(monkeypatch) -> list:
+    """Count every reading of a runs folder (analysis.runs.load_runs, wherever a figure module imported it)."""
+    import sys
+
+    import analysis.runs
+
+    calls: list = []
+    original = analysis.runs.load_runs
+
+    def counted(root):
+        calls.append(root)
+        return original(root)
+
+    for module in [analysis.runs, *(m for n, m in list(sys.modules.items()) if n.split(".")[0] == "figures")]:
+        if getattr(module, "load_runs", None) is original:
+            monkeypatch.setattr(module, "load_runs", counted)
+    return calls
+
+
+def test_make_all_reads_the_runs_folder_once_for_every_figure(runs_dir, tmp_path, monkeypatch):
+    from analysis.runs import load_runs
+
+    before = load_runs(runs_dir)
+    loads = _count_loads(monkeypatch)
+    results = make_all(runs_dir, tmp_path / "out")
+    assert all(isinstance(r, list) for r in results.values()), results  # every figure drawn, from one reading
+    assert len(loads) == 1
+    pd.testing.assert_frame_equal(Runs(runs_dir).table, before)  # no figure changed the table it shared
+    make_all(runs_dir, tmp_path / "again", only=["retrieval_pairs", "beyond"], runs=before)
+    make_all(runs_dir, tmp_path / "files", only=["speed", "signal_depth"])
+    assert len(loads) == 2  # a table passed in is not read again; figures of the folder's own files read none
+
+
+def test_figures_draw_the_table_they_are_given(runs):
+    retrieval = runs.table[runs.table["group"] == "retrieval"]
+    fig = figures.FIGURES["task_accuracy"].plot(Runs(runs.folder, retrieval))
+    assert all("retrieval" in t.get_text() for t in fig.axes[0].get_xticklabels())
+    with pytest.raises(NoData, match="language-modeling"):
+        figures.FIGURES["lm_curves"].plot(Runs(runs.folder, retrieval))
+    with pytest.raises(NoData, match="not a directory"):
+        figures.FIGURES["retrieval_pairs"].plot(runs.folder / "missing")  # a folder is read into a Runs
+
+
+def test_tasks_judged_by_their_loss_are_asked_of_the_task_class():
+    assert scored_by_loss("lm") and not scored_by_loss("sentiment") and not scored_by_loss("retrieval")
+    assert not scored_by_loss("not_a_task")
+
+
 def test_a_bug_in_one_figure_is_raised_with_its_name_after_the_others(runs_dir, tmp_path, monkeypatch):
-    def broken(runs_dir):
+    def broken(runs):
         raise ZeroDivisionError("planted")
 
     monkeypatch.setattr(figures.FIGURES["lm_curves"], "plot", broken)
@@ -218,17 +272,17 @@ def test_task_parameters_fall_back_to_the_task_defaults():
     assert param(runs, "n")[1] == 4 and param(runs, "d")[1] == 2  # d not given: memorize's default
 
 
-def test_figures_show_the_runs_they_are_about(runs_dir):
-    fig = figures.FIGURES["task_accuracy"].plot(runs_dir)
+def test_figures_show_the_runs_they_are_about(runs):
+    fig = figures.FIGURES["task_accuracy"].plot(runs)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert any("addition" in t for t in ticks) and any("retrieval" in t for t in ticks)
     assert not any(t.startswith("lm") for t in ticks)
-    fig = figures.FIGURES["retrieval_pairs"].plot(runs_dir)
+    fig = figures.FIGURES["retrieval_pairs"].plot(runs)
     assert [float(t) for t in fig.axes[0].get_xticks()] == [2.0, 3.0]
     assert {t.get_text() for t in fig.legends[0].get_texts()} == {"Frozen QK", "MixiT"}
-    fig = figures.FIGURES["induction_heads"].plot(runs_dir)
+    fig = figures.FIGURES["induction_heads"].plot(runs)
     assert [ax.get_title() for ax in fig.axes[:2]] == ["Standard", "MixiT"]
-    fig = figures.FIGURES["signal_depth"].plot(runs_dir)  # standard and random coincide at init: one line
+    fig = figures.FIGURES["signal_depth"].plot(runs)  # standard and random coincide at init: one line
     assert {t.get_text() for t in fig.legends[0].get_texts()} == {"Standard = Random", "MixiT"}
 
 
@@ -286,8 +340,8 @@ def test_measure_throughput_compares_each_turn_with_standards(monkeypatch):
     assert df.loc["mixit", "step_ms"] == pytest.approx(1700.0)
 
 
-def test_beyond_figure_labels_grid_models(runs_dir):
-    fig = figures.FIGURES["beyond"].plot(runs_dir)
+def test_beyond_figure_labels_grid_models(runs):
+    fig = figures.FIGURES["beyond"].plot(runs)
     labels = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.get_yticklabels()]
     assert labels == ["MixiT", "mixit [attention mixing,softmax]"]
 
@@ -333,8 +387,8 @@ def text_overlaps(fig) -> list[str]:
 
 
 @pytest.mark.parametrize("name", FIGURE_NAMES)
-def test_no_figure_draws_text_over_text(runs_dir, name):
-    fig = figures.FIGURES[name].plot(runs_dir)
+def test_no_figure_draws_text_over_text(runs, name):
+    fig = figures.FIGURES[name].plot(runs)
     assert text_overlaps(fig) == []
 
 
@@ -351,11 +405,10 @@ def test_the_overlap_check_sees_text_drawn_over_text():
 
 
 # --------------------------------------------------------------------------- each figure draws the data it names
-def _runs(runs_dir: Path, group: str) -> pd.DataFrame:
-    from analysis.runs import load_runs
-
-    runs = load_runs(runs_dir)
-    return runs[runs["group"] == group].reset_index(drop=True)
+def _runs(runs: Runs, group: str) -> pd.DataFrame:
+    """The runs of one study group, from the table the figures draw from."""
+    table = runs.table
+    return table[table["group"] == group].reset_index(drop=True)
 
 
 def _data_lines(ax) -> list:
@@ -365,28 +418,28 @@ def _data_lines(ax) -> list:
     return [c.lines[0] for c in ax.containers if isinstance(c, ErrorbarContainer)]
 
 
-def test_memorization_draws_each_runs_memory_analysis(runs_dir):
+def test_memorization_draws_each_runs_memory_analysis(runs):
     from analysis.runs import read_analysis_table
 
-    runs = _runs(runs_dir, "memorize")
+    mine = _runs(runs, "memorize")
     memory = {p["n"] ** p["d"]: read_analysis_table(path, "memory").iloc[0]
-              for p, path in zip(runs["task_params"], runs["path"])}
+              for p, path in zip(mine["task_params"], mine["path"])}
     keys = sorted(memory)
-    fig = figures.FIGURES["memorization"].plot(runs_dir)
+    fig = figures.FIGURES["memorization"].plot(runs)
     for ax, column, scale in zip(fig.axes, ("accuracy", "bits", "bits_per_trainable_param"), (100, 1, 1)):
         (line,) = _data_lines(ax)
         assert list(line.get_xdata()) == keys
         assert np.allclose(line.get_ydata(), [memory[k][column] * scale for k in keys]), column
 
 
-def test_lm_curves_draw_each_variants_eval_loss_against_step(runs_dir):
+def test_lm_curves_draw_each_variants_eval_loss_against_step(runs):
     from analysis.runs import read_metrics
 
-    fig = figures.FIGURES["lm_curves"].plot(runs_dir)
+    fig = figures.FIGURES["lm_curves"].plot(runs)
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
-    runs = _runs(runs_dir, "lm")
-    assert set(lines) == {variant_style(v).label for v in runs["variant"]}
-    for variant, path in zip(runs["variant"], runs["path"]):
+    mine = _runs(runs, "lm")
+    assert set(lines) == {variant_style(v).label for v in mine["variant"]}
+    for variant, path in zip(mine["variant"], mine["path"]):
         metrics = read_metrics(path)
         metrics = metrics[metrics["eval_loss"].notna()]
         line = lines[variant_style(variant).label]
@@ -394,9 +447,9 @@ def test_lm_curves_draw_each_variants_eval_loss_against_step(runs_dir):
         assert np.allclose(line.get_ydata(), metrics["eval_loss"])
 
 
-def test_speed_bars_are_each_variants_throughput(runs_dir):
-    speed = pd.read_csv(runs_dir / "speed" / "speed.csv")
-    fig = figures.FIGURES["speed"].plot(runs_dir)
+def test_speed_bars_are_each_variants_throughput(runs):
+    speed = pd.read_csv(runs.folder / "speed" / "speed.csv")
+    fig = figures.FIGURES["speed"].plot(runs)
     ax = fig.axes[0]
     heights = np.array([bar.get_height() for bar in ax.patches])
     assert [t.get_text() for t in ax.get_xticklabels()] == [variant_style(v).label for v in speed["variant"]]
@@ -405,31 +458,31 @@ def test_speed_bars_are_each_variants_throughput(runs_dir):
     assert [t.get_text() for t in ax.texts] == ["", f"{change:+d}%".replace("-", "−")]
 
 
-def test_depth_accuracy_draws_accuracy_at_each_depth(runs_dir):
-    runs = _runs(runs_dir, "depth").sort_values("n_layers")
-    fig = figures.FIGURES["depth_accuracy"].plot(runs_dir)
+def test_depth_accuracy_draws_accuracy_at_each_depth(runs):
+    mine = _runs(runs, "depth").sort_values("n_layers")
+    fig = figures.FIGURES["depth_accuracy"].plot(runs)
     (line,) = _data_lines(fig.axes[0])
-    assert list(line.get_xdata()) == list(runs["n_layers"])
-    assert np.allclose(line.get_ydata(), runs["eval_acc"] * 100)
+    assert list(line.get_xdata()) == list(mine["n_layers"])
+    assert np.allclose(line.get_ydata(), mine["eval_acc"] * 100)
 
 
-def test_dynamics_draws_each_runs_head_scores_and_loss(runs_dir):
+def test_dynamics_draws_each_runs_head_scores_and_loss(runs):
     from training.rundir import DYNAMICS_FILE
 
-    fig = figures.FIGURES["dynamics"].plot(runs_dir)
+    fig = figures.FIGURES["dynamics"].plot(runs)
     heads, losses = fig.axes[:2]
     drawn = [tuple(np.round(line.get_ydata(), 6)) for line in heads.get_lines()]
-    runs = _runs(runs_dir, "khop")
-    for path in runs["path"]:
+    mine = _runs(runs, "khop")
+    for path in mine["path"]:
         table = pd.read_csv(Path(path) / DYNAMICS_FILE)
         for score in ("task_induction", "top_previous_token"):
             assert tuple(np.round(table[score], 6)) in drawn, score
-    assert len(heads.get_lines()) == 2 * len(runs) and len(losses.get_lines()) == len(runs)
+    assert len(heads.get_lines()) == 2 * len(mine) and len(losses.get_lines()) == len(mine)
     assert list(heads.get_lines()[0].get_xdata())[:2] == [0.5, 1]  # step 0 drawn at 0.5 on the log axis
 
 
-def test_attention_maps_draw_attention_rows_of_one_example(runs_dir):
-    fig = figures.FIGURES["attention_maps"].plot(runs_dir)
+def test_attention_maps_draw_attention_rows_of_one_example(runs):
+    fig = figures.FIGURES["attention_maps"].plot(runs)
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 4
     n = images[0].get_array().shape[0]
@@ -444,12 +497,11 @@ def _panels(fig) -> dict:
     return {ax.get_gid(): ax for ax in fig.axes if ax.get_gid()}
 
 
-def test_components_cells_are_the_analysis_medians(runs_dir):
+def test_components_cells_are_the_analysis_medians(runs):
     from analysis.components import who_does_the_work
-    from analysis.runs import load_runs
 
-    work = who_does_the_work(load_runs(runs_dir), per_layer=True)
-    panels = _panels(figures.FIGURES["components"].plot(runs_dir))
+    work = who_does_the_work(runs.table, per_layer=True)
+    panels = _panels(figures.FIGURES["components"].plot(runs))
     tasks = {"khop (2L)": "khop(alphabet=4, hops=1, length=8)",  # row label: only the parameters that differ
              "memorize n=2 (1L)": "memorize(d=2, n=2)", "memorize n=3 (1L)": "memorize(d=2, n=3)"}
     assert set(panels) == {f"{value}|{label}" for value in ("mean_drop", "share") for label in tasks}

@@ -87,7 +87,7 @@ def test_parameter_counts_add_up(bias, tiny_cfg):
     assert counts["frozen"] == qk
     assert counts["trainable"] + counts["frozen"] == counts["total"] == sum(p.numel() for p in model.parameters())
     table = {r["component"]: r for r in model.parameter_table()}
-    assert table["attn_qk"]["frozen"] == qk and table["attn_qk"]["trainable"] == 0
+    assert table["qk"]["frozen"] == qk and table["qk"]["trainable"] == 0
 
 
 def test_same_seed_same_weights_different_seed_differs(tiny_cfg):

@@ -70,6 +70,37 @@ def test_bad_presets_are_one_line_errors(tmp_path):
         load_preset(bad)
 
 
+@pytest.mark.parametrize("block, key", [
+    ("train: {stpes: 3}", "stpes"),
+    ("train: {steps: 0}", "steps=0"),
+    ("studies: {a: {tasks: [addition], train: {lr: -1}}}", "lr=-1"),
+    ("analysis: {n_seq: 8}", "n_seq"),
+    ("analysis: {ablation: maybe}", "ablation='maybe'"),
+    ("signal: {depht: [2]}", "depht"),
+    ("signal: {depths: [0, 2]}", "depths=[0, 2]"),
+    ("signal: {controls: {x: {variant: nope}}}", "nope"),
+    ("speed: {steps: many}", "steps='many'"),
+    ("speed: {variants: [standard, nope]}", "nope"),
+    ("speed: {precison: fp32}", "precison"),
+    ("skip: [figures]", "figures"),
+])
+def test_every_block_of_a_preset_is_checked_before_anything_runs(tmp_path, capsys, block, key):
+    """A typo or a bad value anywhere in a preset is one line naming the file, the block and the key, exit 2,
+    from the real command, --dry-run too: not a TypeError after the whole training stage."""
+    from cli.main import main
+
+    path = tmp_path / "typo.yaml"
+    studies = "" if block.startswith("studies") else "studies: {a: {tasks: [addition]}}\n"
+    path.write_text(studies + block + "\n")
+    name = block.split(":")[0] if not block.startswith("studies") else "study 'a'"
+    for dry in (["--dry-run"], []):
+        code = main(["reproduce", "--preset", str(path), "--out", str(tmp_path / "runs"), "--quiet", *dry])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.count("\n") == 0, err
+        assert err.startswith(f"mixit reproduce: error: {path}: {name}") and key in err, err
+    assert not (tmp_path / "runs").exists()  # nothing ran
+
+
 def test_a_preset_is_typed_data_with_the_file_defaults(tmp_path):
     from reproduce.preset import Preset
 
@@ -277,9 +308,9 @@ def test_retrieval_verdict_reads_medians_and_names_stuck_seeds(tmp_path):
         for seed, acc in enumerate(accs):
             rows.append({"task": "retrieval", "task_label": "retrieval(pairs=8)", "variant": v, "seed": seed,
                          "eval_acc": acc})
-    from reproduce.report import _acc
+    from reproduce.report import accuracy_stats
 
-    acc = _acc(pd.DataFrame(rows), ["variant", "task_label"]).set_index("variant")
+    acc = accuracy_stats(pd.DataFrame(rows), ["variant", "task_label"]).set_index("variant")
     assert acc.loc["standard", "acc"] == pytest.approx(77.47, abs=0.01) and acc.loc["standard", "median"] == 100.0
     assert acc.loc["standard", "stuck"] == "seed 1 at 32.4%" and acc.loc["frozen_qk", "stuck"] == ""
     t1 = acc.reset_index().rename(columns={"task_label": "task", "acc": "accuracy"})
@@ -518,7 +549,7 @@ def test_each_verdict_category_both_ways():
     agrees = verdict(failing, _dyck(100.0, 64.4))
     assert agrees["verdict"] == "agrees" and agrees["holds"] is False
     assert agrees["reference"] == "dyck 100.0 vs 64.4"  # the reference's measured parts, with its numbers
-    assert agrees["verdict_text"] == "does not hold at this size; the authors' code agrees (dyck)"
+    assert agrees["verdict_text"] == "does not hold at this size: the authors' code agrees on Dyck"
     # They fail while the authors' code holds: a reproduction failure, named as such.
     failure = verdict(failing, _dyck(100.0, 97.0))
     assert failure["verdict"] == "reproduction_failure" and "reproduction failure" in failure["verdict_text"]
@@ -539,12 +570,104 @@ def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreem
         (("standard", 78.5), ("mixit", 54.5))])], ignore_index=True)
     found = check(ours, _dyck(100.0, 64.4))[2]
     assert found["verdict"] == "no_reference"  # sentiment fails with no reference
-    assert found["verdict_text"].endswith("(the authors' code agrees: dyck; no reference: sentiment)")
+    assert found["verdict_text"] == "does not hold: the authors' code agrees on Dyck; sentiment has no reference"
     theirs = _dyck(100.0, 64.4)
     theirs["table3_tasks"] = pd.concat([theirs["table3_tasks"], pd.DataFrame([
         {"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a} for v, a in
         (("standard", 80.0), ("mixit", 79.0))])], ignore_index=True)
-    assert check(ours, theirs)[2]["verdict"] == "reproduction_failure"  # theirs holds on sentiment
+    failure = check(ours, theirs)[2]
+    assert failure["verdict"] == "reproduction_failure"  # theirs holds on sentiment
+    assert failure["verdict_text"] == ("does not hold: the authors' code holds on sentiment (a reproduction failure) "
+                                       "and agrees on Dyck")
+
+
+def _table3(gaps, items=4000):
+    """Table 3 rows: per task, standard at 90% and mixit `gap` points below (medians)."""
+    return pd.DataFrame([{"task": f"{task}(x=1)", "variant": v, "accuracy": a, "median": a, "eval_items": items}
+                         for task, gap in gaps.items() for v, a in (("standard", 90.0), ("mixit", 90.0 - gap))])
+
+
+def test_a_verdict_says_each_case_once_naming_its_parts():
+    # The quick preset's finding 3: four tasks fail; the authors' code fails on two of them and has nothing on
+    # the other two. Each case is said once, never "no reference" and "agrees" of the same parts.
+    ours = _tables(table3_tasks=_table3({"addition": 0.0, "dyck": 25.0, "modadd": 15.0, "memorize": 6.0,
+                                         "sentiment": 24.0}))
+    theirs = _tables(table3_tasks=_table3({"dyck": 18.0, "modadd": 15.0}))
+    found = check_findings(ours, theirs)[2]
+    assert found["verdict"] == "no_reference"
+    assert found["verdict_text"] == ("does not hold: the authors' code agrees on Dyck and modular addition; "
+                                     "memorize and sentiment have no reference")
+    # Per part, the two sides and whether they agree: the Study page's rows.
+    parts = {p["key"]: p for p in found["parts"]}
+    assert [p["part"] for p in found["parts"]] == ["addition", "Dyck", "modular addition", "memorize", "sentiment"]
+    assert parts["dyck"]["ours"] == "dyck 90.0 vs 65.0" and parts["dyck"]["reference"] == "dyck 90.0 vs 72.0"
+    assert (parts["dyck"]["holds"], parts["dyck"]["agrees"]) == (False, True)
+    assert parts["sentiment"]["reference"] is None and parts["sentiment"]["agrees"] is None
+    assert parts["addition"]["holds"] is True and parts["addition"]["agrees"] is None  # no reference for it
+    # Every part agreeing: "at this size", and the parts named once.
+    all_agree = check_findings(_tables(table3_tasks=_table3({"dyck": 25.0, "modadd": 15.0})), theirs)[2]
+    assert all_agree["verdict_text"] == ("does not hold at this size: the authors' code agrees on Dyck and modular "
+                                         "addition")
+    # Where the authors' code holds and ours does not, agrees is False.
+    theirs_hold = _tables(table3_tasks=_table3({"dyck": 1.0}))
+    assert check_findings(ours, theirs_hold)[2]["parts"][1]["agrees"] is False
+    # No reference at all: the failing parts named, once.
+    alone = check_findings(ours, None)[2]
+    assert alone["verdict_text"] == "does not hold: Dyck, modular addition, memorize and sentiment have no reference"
+    # A finding of one part keeps the one-phrase verdict.
+    lm = pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "log_ppl": [4.0, 4.4, 4.6]})
+    assert check_findings(_tables(table2_lm=lm))[1]["verdict_text"] == "does not hold; no reference at these settings"
+
+
+def test_finding_4_and_5_verdicts_name_their_regimes_and_halves():
+    ours = _memorize_tables(bpp={**PAPER_BPP, "standard": 2.0},
+                            override={(v, 48): {"accuracy": 1.0 if v == "standard" else 0.9} for v in PARAMS})
+    theirs = {**ours, "table4_memorize_sizes": ours["table4_memorize_sizes"].query("n == 48")}
+    theirs["table4_memorize"] = ours["table4_memorize"].query("regime == 'fixed'")
+    found = check_findings(_tables(**ours), _tables(**theirs))[3]
+    assert found["verdict_text"] == ("does not hold: the authors' code agrees on the paper's regime; the capacity "
+                                     "regime has no reference")
+
+
+def test_thresholds_are_named_data_and_the_criterion_is_generated_from_them():
+    from dataclasses import fields, replace
+
+    from reproduce.findings import AlgorithmicFinding, InductionFinding
+    from reproduce.report import FINDINGS
+
+    assert [f.title for f in FINDINGS][0] == "Retrieval needs learned attention (Table 1)" and len(FINDINGS) == 7
+    three = FINDINGS[2]
+    assert isinstance(three, AlgorithmicFinding) and "mixit >= standard - 5 points" in three.criterion()
+    assert "only with >= 100 held-out items, and a memorize set only where" in three.criterion()
+    # One threshold, changed in one place, moves the verdict and the criterion's text together.
+    tables = _tables(table3_tasks=_table3({"dyck": 6.0}))
+    assert overall_of(three, tables) is False
+    wider = replace(three, margin=10.0)
+    assert overall_of(wider, tables) is True and "mixit >= standard - 10 points" in wider.criterion()
+    assert "within 10 points of standard" in FINDINGS[0].criterion()
+    induction = InductionFinding(min_drop=30.0)
+    assert "costs >= 30 points" in induction.criterion() and overall_of(induction, _induction()) is False
+    assert {f.name for f in fields(InductionFinding)} == {"min_ratio", "min_margin", "min_drop", "mixit_max_ratio"}
+
+
+def overall_of(finding, tables):
+    from reproduce.verdicts import overall
+
+    return overall(finding.check({**_tables(), **tables}))
+
+
+def test_every_claim_is_one_of_its_findings_parts():
+    from reproduce.report import FINDINGS
+
+    examples = [_tables(table1_retrieval=pd.DataFrame([{"task": "retrieval(pairs=8)", "variant": v, "accuracy": 90.0}
+                                                       for v in ("standard", "frozen_mlp", "frozen_qk", "mixit")])),
+                _tables(table3_tasks=_table3({"dyck": 1.0})), _tables(**_memorize_tables()), _tables(**_induction()),
+                _tables()]
+    for finding in FINDINGS:
+        keys = [p.key for p in finding.parts()]
+        assert len(set(keys)) == len(keys) and len({p.label for p in finding.parts()}) == len(keys)
+        for tables in examples:
+            assert [c.name for c in finding.check(tables)] == keys, finding.title
 
 
 def _fake_run(root, study, name, variant, task, params, acc, seed=0, **sizes):
@@ -601,6 +724,55 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     # MixiT as the authors' depth script trains it shares our mixit run's settings.
     assert list(reference_runs([record("mixit_weight_frozen", 20.0, n_heads=16)], load_runs(tmp_path))["variant"]) == \
         ["mixit_weight_frozen"]
+
+
+def test_the_report_reads_the_runs_once_and_findings_json_names_each_findings_runs(tmp_path, monkeypatch):
+    import reproduce.emergence
+    import reproduce.report
+    import reproduce.tables
+    from analysis.runs import load_runs
+
+    runs_dir = tmp_path / "runs"
+    for variant, acc in (("standard", 0.905), ("mixit", 0.66), ("frozen_qk", 0.9)):
+        _fake_run(runs_dir, "algorithmic", f"dyck-{variant}", variant, "dyck", {"max_pairs": 8}, acc)
+    _fake_run(runs_dir, "retrieval", "standard", "standard", "retrieval", {"pairs": 8}, 1.0)
+    record = {"study": "algorithmic", "task": "dyck", "task_params": {"max_pairs": 8}, "variant": "mixit",
+              "d_model": 64, "n_layers": 2, "n_heads": 4, "steps": 1000, "batch_size": 128, "lr": 0.003,
+              "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 64.4}
+    reads = []
+    monkeypatch.setattr(reproduce.report, "load_runs", lambda root: reads.append(root) or load_runs(root))
+    for module in (reproduce.tables, reproduce.emergence):  # every builder takes the one table
+        monkeypatch.setattr(module, "load_runs", lambda root: pytest.fail("a table builder read the runs again"))
+    findings = reproduce.report.write_report(runs_dir, tmp_path / "report", {"preset": "t"}, reference=[record])
+    assert reads == [runs_dir]
+    given = reproduce.report.write_report(runs_dir, tmp_path / "again", {"preset": "t"}, reference=[record],
+                                          runs=load_runs(runs_dir))
+    assert len(reads) == 1 and given == findings
+
+    saved = json.loads((tmp_path / "report" / "findings.json").read_text())
+    three = saved[2]
+    assert {"id", "finding", "criterion", "ours", "holds", "verdict", "verdict_text", "reference"} <= set(three)
+    # Finding 3 compares standard and mixit: their dyck runs, not frozen_qk's, nor another table's.
+    assert three["runs"] == ["algorithmic/dyck-mixit", "algorithmic/dyck-standard"]
+    assert three["runs"] == sorted(load_runs(runs_dir).query("task == 'dyck' and variant != 'frozen_qk'")["run"])
+    dyck = next(p for p in three["parts"] if p["part"] == "Dyck")
+    assert dyck["ours"] == "dyck 90.5 vs 66.0" and dyck["holds"] is False
+    assert dyck["reference"] is None and dyck["agrees"] is None  # the record has no standard: not measured
+    assert saved[0]["runs"] == ["retrieval/standard"] and saved[0]["parts"][0]["part"] == "retrieval"
+    assert saved[6]["runs"] == []  # speed reads the speed stage's file, no run
+    csv = pd.read_csv(tmp_path / "report" / "findings.csv")
+    assert "runs" not in csv and "parts" not in csv and list(csv["id"]) == list(range(1, 8))
+
+
+def test_the_beyond_table_reads_each_tasks_headline_metric(tmp_path):
+    # A task judged by its loss (TASKS[...].headline, the language model's) is reported as log-perplexity.
+    _fake_run(tmp_path, "beyond", "ret", "standard", "retrieval", {"pairs": 8}, 0.9)
+    _fake_run(tmp_path, "beyond", "lm", "standard", "lm", {"seq_len": 64}, 0.3)
+    (tmp_path / "beyond" / "lm" / "summary.json").write_text(json.dumps({"status": "finished", "eval_acc": 0.3,
+                                                                          "eval_loss": 4.25}))
+    beyond = build_tables(tmp_path)["beyond"].set_index("metric")
+    assert beyond.loc["log-ppl", "value"] == pytest.approx(4.25)
+    assert beyond.loc["accuracy %", "value"] == pytest.approx(90.0)
 
 
 def test_the_recorded_reference_file_loads(tmp_path):
@@ -708,12 +880,16 @@ def test_every_figure_and_report_table_exists(smoke):
 def test_rerun_trains_and_analyses_nothing(smoke):
     tmp, _, _, _, cmd = smoke
     stamps = {p: p.stat().st_mtime_ns for p in (tmp / "runs").glob("*/*/checkpoint/model.safetensors")}
+    report_made = (tmp / "report" / "report.md").stat().st_mtime_ns
     again = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "0 to train" in again.stdout
     assert "analyze: 0 computed" in again.stdout
     assert "signal: cached" in again.stdout and "speed: cached" in again.stdout
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp / "runs").glob("*/*/checkpoint/model.safetensors")}
+    # the figures and the report are not made again either: their inputs did not change
+    assert "figures: unchanged" in again.stdout and "report: unchanged" in again.stdout
+    assert report_made == (tmp / "report" / "report.md").stat().st_mtime_ns
 
 
 def test_a_failing_figure_leaves_the_others_and_the_report(tmp_path, monkeypatch, capsys):
@@ -745,6 +921,57 @@ def test_a_failing_figure_leaves_the_others_and_the_report(tmp_path, monkeypatch
     out = capsys.readouterr()
     assert "figure task_accuracy: FAILED: RuntimeError: bad data in the runs folder" in out.out
     assert "Traceback" not in out.out + out.err
+
+
+TINY_PRESET = (
+    "train: {steps: 4, batch_size: 8, eval_every: 4, eval_samples: 16}\n"
+    "studies:\n  algorithmic: {variants: [standard, mixit], tasks: [{addition: {digits: 2}}],"
+    " sizes: [{d_model: 16, n_layers: 1, n_heads: 2}]}\n"
+    "analysis: {n_seqs: 4, seq_len: 8, eval_samples: 16}\nskip: [signal, speed]\n")
+
+
+def test_a_rerun_redoes_figures_and_report_only_when_their_inputs_changed(tmp_path, monkeypatch, capsys):
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
+    args = ["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs",
+            "--report-dir", "report", "--figures-dir", "figs"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    report = tmp_path / "report" / "report.md"
+    figs = sorted((tmp_path / "figs").glob("*.png"))
+    stamps = {p: p.stat().st_mtime_ns for p in [report, *figs]}
+    assert "unchanged" not in first and figs
+
+    assert main(args) == 0  # nothing changed: nothing is redone
+    second = capsys.readouterr().out
+    assert "0 to train" in second and "figures: unchanged" in second and "report: unchanged" in second
+    assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert manifest["findings"] and set(manifest["inputs"]) == {"figures", "report"}
+
+    analysis = next((tmp_path / "runs").glob("algorithmic/*/analysis/analysis.json"))
+    os.utime(analysis, ns=(analysis.stat().st_atime_ns, analysis.stat().st_mtime_ns + 10**9))  # an input changed
+    assert main(args) == 0
+    third = capsys.readouterr().out
+    assert "unchanged" not in third and report.stat().st_mtime_ns != stamps[report]
+
+
+def test_reproduce_records_where_its_study_is(tmp_path, monkeypatch, capsys):
+    """.mixit_cache/last_study.json in the working directory, and the manifest, say where the outputs went."""
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(TINY_PRESET.replace("[standard, mixit]", "[standard]"))
+    assert main(["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs",
+                 "--report-dir", "rep", "--figures-dir", "figs"]) == 0
+    last = json.loads((tmp_path / ".mixit_cache" / "last_study.json").read_text())
+    assert last == {"runs_dir": str((tmp_path / "runs").resolve()), "report_dir": str((tmp_path / "rep").resolve()),
+                    "figures_dir": str((tmp_path / "figs").resolve()), "preset": "tiny"}
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert (manifest["report_dir"], manifest["figures_dir"]) == ("rep", "figs")
+    assert manifest["report_dir_resolved"] == last["report_dir"]
 
 
 def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):

@@ -182,10 +182,10 @@ def test_lm_resume_after_kill_matches_uninterrupted_run(tmp_path, monkeypatch, o
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "masked_loss", dies_at_step_13)
+    monkeypatch.setattr("training.loss.masked_loss", dies_at_step_13)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "killed", progress=False)
-    monkeypatch.setattr(trainer_mod, "masked_loss", real)
+    monkeypatch.setattr("training.loss.masked_loss", real)
     assert train(cfg, tmp_path / "killed", resume=True, progress=False)["step"] == 20
     a, b = load_model(tmp_path / "full").state_dict(), load_model(tmp_path / "killed").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

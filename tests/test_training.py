@@ -121,10 +121,10 @@ def test_resume_after_kill_matches_uninterrupted_run(variant, tmp_path, monkeypa
             raise KeyboardInterrupt  # as if killed between checkpoints
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "masked_loss", dies_at_step_27)
+    monkeypatch.setattr("training.loss.masked_loss", dies_at_step_27)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "killed", progress=False)
-    monkeypatch.setattr(trainer_mod, "masked_loss", real_loss)
+    monkeypatch.setattr("training.loss.masked_loss", real_loss)
     state = json.loads((tmp_path / "killed" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 20 and not (tmp_path / "killed" / "summary.json").exists()
 
@@ -154,7 +154,7 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
         loss = real_loss(*args, **kwargs)
         return loss * float("nan") if calls["n"] > 15 else loss
 
-    monkeypatch.setattr(trainer_mod, "masked_loss", nan_from_step_15)
+    monkeypatch.setattr("training.loss.masked_loss", nan_from_step_15)
     with pytest.raises(TrainingDiverged, match="non-finite loss.*step 15.*step 10"):
         train(TrainConfig(**TINY, steps=40), tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run")  # a run directory loads its checkpoint
@@ -330,32 +330,42 @@ def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, caus
     assert calls == [(task.seq_len, 0)]
 
 
-def test_fast_precision_takes_bf16_only_where_it_pays_and_decides_once_per_machine(tmp_path, monkeypatch):
-    import training.trainer as trainer
+def test_fast_precision_takes_bf16_only_where_it_pays_and_decides_once_per_cache_folder(tmp_path, monkeypatch):
+    import training.precision as precision
+    from training.rundir import DATA_CACHE_DIR
 
-    cpu = torch.device("cpu")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: True)
+    cpu, cache = torch.device("cpu"), tmp_path / "cache"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
     for speedup, expected in ((2.0, "bf16"), (1.1, "fp32")):
-        monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
-        (tmp_path / "mixit-lab" / "bf16_speedup.json").unlink(missing_ok=True)
-        monkeypatch.setattr(trainer, "_measure_bf16_speedup", lambda s=speedup: s)
-        assert trainer.resolve_precision("fast", cpu) == expected
-    # The measurement is kept per machine: a new process reads it instead of measuring again.
-    monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
+        monkeypatch.setattr(precision, "_BF16_SPEEDUP", {})
+        (cache / precision.SPEEDUP_FILE).unlink(missing_ok=True)
+        monkeypatch.setattr(precision, "_measure_bf16_speedup", lambda s=speedup: s)
+        assert precision.resolve_precision("fast", cpu, cache) == expected
+    # The measurement is kept in the cache folder passed: a new process reads it instead of measuring again.
+    monkeypatch.setattr(precision, "_BF16_SPEEDUP", {})
 
     def no_measuring():
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(trainer, "_measure_bf16_speedup", no_measuring)
-    assert trainer.cpu_bf16_speedup() == 1.1 and trainer.resolve_precision("fast", cpu) == "fp32"
+    monkeypatch.setattr(precision, "_measure_bf16_speedup", no_measuring)
+    assert precision.cpu_bf16_speedup(cache) == 1.1 and precision.resolve_precision("fast", cpu, cache) == "fp32"
+    # Without a folder it is measured once per process; nothing goes to the home folder.
+    monkeypatch.setattr(precision, "_BF16_SPEEDUP", {})
+    monkeypatch.setattr(precision, "_measure_bf16_speedup", lambda: 2.0)
+    assert precision.resolve_precision("fast", cpu) == "bf16"
+    # The trainer keeps it in the runs folder's cache, beside the runs, and that folder's answer wins.
+    summary = train(TrainConfig(**{**TINY, "steps": 2, "precision": "fast", "device": "cpu"}), tmp_path / "runs" / "a",
+                    progress=False)
+    assert summary["precision"] == "bf16" and (tmp_path / "runs" / DATA_CACHE_DIR / precision.SPEEDUP_FILE).is_file()
+    assert not (tmp_path / "home").exists() and not (tmp_path / "xdg").exists()
     # Without native bf16 it is fp32 whatever a measurement would say; other precisions are unchanged.
-    monkeypatch.setattr(trainer, "_BF16_SPEEDUP", {})
-    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
-    assert trainer.resolve_precision("fast", cpu) == "fp32" and trainer.cpu_bf16_speedup() == 0.0
-    assert trainer.resolve_precision("auto", cpu) == "fp32" and trainer.resolve_precision("bf16", cpu) == "bf16"
-    assert trainer.resolve_precision("fast", torch.device("meta")) == "fp32"
+    monkeypatch.setattr(precision, "_BF16_SPEEDUP", {})
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert precision.resolve_precision("fast", cpu, tmp_path / "other") == "fp32" and precision.cpu_bf16_speedup() == 0.0
+    assert precision.resolve_precision("auto", cpu) == "fp32" and precision.resolve_precision("bf16", cpu) == "bf16"
+    assert precision.resolve_precision("fast", torch.device("meta")) == "fp32"
 
 
 def _compile_unavailable() -> str | None:

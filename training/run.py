@@ -1,8 +1,12 @@
-"""A run directory as Python objects: `load_run` gives the trained model, its task, configs and metrics, and
-`run_task` is the one place a run's task is rebuilt from its run.json (analysis, figures, the report and the
-explorer all go through it).
+"""A run directory as Python objects. `read_run_record` gives what a run is (configs, task, provenance) and how it
+ended (status, metrics, message) without loading the model: what tables, figures and the report read.
+`load_run` also loads the trained model and rebuilds its task; `run_task` is the one place a run's task is rebuilt
+from its run.json (analysis, figures, the report and the explorer all go through it).
 
-    from training import load_run
+    from training import load_run, read_run_record
+    record = read_run_record("checkpoints/khop1-standard")
+    record.train.steps, record.task.params, record.status, record.metrics["eval_acc"], record.message
+    record.analysis()                        # analysis/analysis.json, read when asked for (None if absent)
     run = load_run("checkpoints/khop1-standard")
     run.model, run.task, run.train_config, run.summary["eval_acc"]
     tokens, mask = run.task.eval_set(8)
@@ -11,6 +15,7 @@ explorer all go through it).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +24,101 @@ from models import ModelConfig
 from models.transformer import Transformer
 
 from .rundir import (
-    DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, read_json, read_metric_records, read_run_info,
+    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, read_json,
+    read_metric_records, read_run_info,
 )
+from .runinfo import Provenance, RunInfo, TaskInfo
 from .tasks import TASKS, Task, TaskImportError, attach_tokenizer, get_task, is_import_path, task_class
 from .trainer import TrainConfig
 
-__all__ = ["Run", "load_run", "run_task", "run_task_class"]
+__all__ = ["Run", "RunRecord", "analysis_summary", "load_run", "read_analysis", "read_run_record", "run_task",
+           "run_task_class"]
+
+# summary.json's numbers about how training went (the rest describe the run, as run.json does)
+SUMMARY_METRICS = ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
+                   "params_trainable", "params_frozen", "params_total", "precision")
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecord:
+    """One run directory without its model: run.json (`info`, typed) and summary.json (`summary`; None while the
+    run trains or after a kill), with the train config typed; its analysis is read only when asked for."""
+
+    path: Path  # the run directory
+    info: RunInfo
+    train: TrainConfig
+    summary: dict[str, Any] | None
+
+    @property
+    def task(self) -> TaskInfo:
+        return self.info.task
+
+    @property
+    def model_config(self) -> ModelConfig | None:
+        return self.info.model
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.info.provenance
+
+    @property
+    def status(self) -> str:
+        """finished | diverged | error | ... as summary.json says, or "running" (no summary: training or killed)."""
+        return "running" if self.summary is None else str(self.summary.get("status", "finished"))
+
+    @property
+    def message(self) -> str | None:
+        """Why a run did not finish (summary.json's message: a diverged run's step and kept checkpoint, an error)."""
+        return None if self.summary is None else self.summary.get("message")
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """summary.json's numbers (SUMMARY_METRICS; None where absent): empty while the run trains."""
+        return {} if self.summary is None else {k: self.summary.get(k) for k in SUMMARY_METRICS}
+
+    @functools.cached_property
+    def _analysis(self) -> dict[str, Any] | None:
+        return read_analysis(self.path)
+
+    def analysis(self) -> dict[str, Any] | None:
+        """analysis/analysis.json (`mixit analyze`), read on the first call; None if absent or unreadable."""
+        return self._analysis
+
+    def analysis_summary(self, name: str) -> dict[str, Any] | None:
+        """One analysis's summary in analysis.json (e.g. "memory": the memorization result), or None."""
+        return analysis_summary(self.analysis(), name)
+
+
+def read_analysis(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's analysis/analysis.json (from `mixit analyze`), or None if absent or unreadable."""
+    try:
+        return read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+
+
+def analysis_summary(analysis: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """One analysis's summary (e.g. "memory") in an analysis.json's content, or None: the one place it is looked up."""
+    found = ((analysis or {}).get("summary") or {}).get(name)
+    return found if isinstance(found, dict) else None
+
+
+def read_run_record(run_dir: str | Path) -> RunRecord:
+    """The run directory's run.json and summary.json as a RunRecord; ValueError naming the file that is damaged
+    (a train section TrainConfig refuses is named as run.json's)."""
+    run_dir = Path(run_dir)
+    info = read_run_info(run_dir)
+    try:
+        train = TrainConfig.from_dict(dict(info.train))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{info.path}: train: {e}") from None
+    summary_path = run_dir / SUMMARY_FILE
+    try:
+        summary = read_json(summary_path) if summary_path.is_file() else None
+    except (OSError, ValueError) as e:
+        reason = str(e).removeprefix(f"{summary_path}: ")
+        raise ValueError(f"{summary_path}: cannot read run summary ({type(e).__name__}: {reason})") from None
+    return RunRecord(path=run_dir, info=info, train=train, summary=summary)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,46 +159,44 @@ def load_run(path: str | Path, device: str | None = "cpu", task: bool = True) ->
     ref = find_checkpoint(path)
     if ref.run_dir is None:
         raise ValueError(f"{path} is a bare checkpoint (no run.json): load it with models.load_model")
-    info = read_run_info(ref.run_dir)
-    train_config = TrainConfig.from_dict(info["train"])
+    record = read_run_record(ref.run_dir)
     model = load_model(ref.checkpoint, device=device)
-    rebuilt = run_task(ref.run_dir, info) if task else None
+    rebuilt = run_task(ref.run_dir, record.info) if task else None
     if rebuilt is not None and (model.tokenizer is None or rebuilt.text_tokenizer is None):
         attach_tokenizer(model, rebuilt)  # a checkpoint without one, or a task vocabulary: no BOS
-    summary_file = ref.run_dir / SUMMARY_FILE
     return Run(
-        path=ref.run_dir, model=model, task=rebuilt, train_config=train_config, model_config=model.config,
-        summary=read_json(summary_file) if summary_file.is_file() else None,
-        metrics=read_metric_records(ref.run_dir),
+        path=ref.run_dir, model=model, task=rebuilt, train_config=record.train, model_config=model.config,
+        summary=record.summary, metrics=read_metric_records(ref.run_dir),
     )
 
 
-def run_task(run_dir: str | Path, info: dict[str, Any] | None = None) -> Task:
+def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
     """The task a run trained on, rebuilt from its run.json as `training.train` built it (a text task reuses
     the token cache beside the run).
 
     A task that is neither built in nor registered in this process is imported from the import path the
     run recorded (run.json's task.import_path). ValueError (one line, naming the run) if it cannot be.
+    `info`: the run's RunInfo when the caller has read it already.
     """
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
         run_dir = find_checkpoint(run_dir).run_dir or run_dir  # its checkpoint/ folder
     info = read_run_info(run_dir) if info is None else info
-    cfg = TrainConfig.from_dict(info["train"])
+    name, params = info.train["task"], dict(info.train.get("task_params") or {})
     spec = _task_spec(info)
     try:
-        return get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **cfg.task_params)
+        return get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
     except TaskImportError as e:
-        raise TaskImportError(f"{run_dir}: cannot rebuild task {cfg.task!r}: {e}") from None
+        raise TaskImportError(f"{run_dir}: cannot rebuild task {name!r}: {e}") from None
     except ValueError:
         if spec not in TASKS and not is_import_path(spec):
-            raise ValueError(f"{run_dir}: task {cfg.task!r} is not known here and run.json records no import path; "
+            raise ValueError(f"{run_dir}: task {name!r} is not known here and run.json records no import path; "
                              "register it (training.tasks.register_task) before loading the run") from None
         raise
 
 
-def run_task_class(info: dict[str, Any]) -> type[Task]:
-    """The Task class of a run's run.json contents (imported as `run_task` would); the base `Task` when it cannot
+def run_task_class(info: RunInfo) -> type[Task]:
+    """The Task class of a run (its RunInfo; imported as `run_task` would); the base `Task` when it cannot
     be found: facts such as `needs_corpus` and `is_classifier()` then read as those of an algorithmic task."""
     try:
         return task_class(_task_spec(info))
@@ -112,11 +204,11 @@ def run_task_class(info: dict[str, Any]) -> type[Task]:
         return Task
 
 
-def _task_spec(info: dict[str, Any]) -> str:
+def _task_spec(info: RunInfo) -> str:
     """What names a run's task for `get_task`: its name when this process knows it (built in, or registered),
     else the import path run.json records (the task was registered in the process that trained it)."""
-    spec = info["train"]["task"]
-    recorded = (info.get("task") or {}).get("import_path")
+    spec = info.train["task"]
+    recorded = info.task.import_path
     if spec not in TASKS and not is_import_path(spec) and recorded:
         return recorded
     return spec

@@ -23,6 +23,9 @@ depth, `mixit reproduce` one folder per *study* (ROOT/<study>/<run>), and beside
     signal/signal.csv token similarity vs depth at initialisation (+ signal.json, its settings)
     speed/speed.csv   training throughput per variant (+ speed.json)
 
+`mixit reproduce` also writes, in the working directory, .mixit_cache/last_study.json: the absolute paths of
+the runs folder, report and figures it made, and the preset (what `mixit app` opens without an argument).
+
 A study's *group* is its name up to the first "-": studies `algorithmic` and `algorithmic-mixit`
 (the same tasks at another head count, say) feed the same tables and figures.
 
@@ -45,6 +48,8 @@ from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, WEIGHTS_FILE
 from models.files import atomic_directory, atomic_file, read_json, write_json, write_text
 from models.tokenizer import TOKENIZER_FILE
 
+from .runinfo import RunInfo
+
 # --------------------------------------------------------------------------- a run directory
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -62,6 +67,8 @@ RUNS_SUMMARY = "summary.csv"
 MANIFEST = "reproduce.json"
 SIGNAL_FILE = "signal/signal.csv"
 SPEED_FILE = "speed/speed.csv"
+REPORT_FILE = "report.md"  # in a report directory (mixit reproduce --report-dir), beside one CSV per table
+LAST_STUDY_FILE = ".mixit_cache/last_study.json"  # in the working directory: where the last `mixit reproduce` wrote
 KEPT_DIR = "checkpoints"  # --keep-checkpoints: the model at earlier steps, checkpoints/step_000100/ (no trainer state)
 DYNAMICS_FILE = "analysis_dynamics.csv"  # head scores of every kept checkpoint (analysis.dynamics)
 SKIP_DIRS = {CHECKPOINT_DIR, KEPT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
@@ -73,7 +80,7 @@ class RunLocked(RuntimeError):
 
 __all__ = [
     "LOCK_FILE", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
-    "METRICS_FILE", "RUNS_SUMMARY", "RUN_FILE", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
+    "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
     "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
     "truncate_metrics", "write_json", "write_runs_table", "write_text",
@@ -163,13 +170,20 @@ def group_of(study: str) -> str:
     return study.split("-", 1)[0]
 
 
-def read_run_info(run_dir: str | Path) -> dict[str, Any]:
-    """The run's run.json; ValueError naming the file if it is unreadable or has no 'train' section."""
+def read_run_info(run_dir: str | Path) -> RunInfo:
+    """The run's run.json as a typed record (training.runinfo.RunInfo): the one place the file is opened and parsed.
+
+    One ValueError naming the file for anything wrong with it: missing, unreadable, not JSON, not an object,
+    an unknown key, a bad value."""
     path = Path(run_dir) / RUN_FILE
-    info = read_json(path)
-    if not isinstance(info.get("train"), dict) or "task" not in info["train"]:
-        raise ValueError(f"{path}: no 'train' section naming the task")
-    return info
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: cannot read run description (the file is missing)") from None
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        reason = str(e).removeprefix(f"{path}: ").removeprefix(f"{path} ")
+        raise ValueError(f"{path}: cannot read run description ({type(e).__name__}: {reason})") from None
+    return RunInfo.from_dict(data, path)
 
 
 def is_finished(run_dir: str | Path) -> bool:
@@ -251,15 +265,9 @@ class CheckpointRef:
     def name(self) -> str:
         return (self.run_dir or self.checkpoint).name
 
-    def run_info(self) -> dict[str, Any] | None:
-        """The parsed run.json of the run directory, or None for a bare checkpoint."""
-        if self.run_dir is None:
-            return None
-        path = self.run_dir / RUN_FILE
-        try:
-            return read_json(path)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{path}: cannot read run description ({e})") from None
+    def run_info(self) -> RunInfo | None:
+        """The run directory's run.json (read_run_info), or None for a bare checkpoint."""
+        return None if self.run_dir is None else read_run_info(self.run_dir)
 
 
 def find_checkpoint(path: str | Path) -> CheckpointRef:
@@ -280,3 +288,8 @@ def find_checkpoint(path: str | Path) -> CheckpointRef:
         f"{path} is neither a run directory (run.json + checkpoint/) nor a checkpoint directory "
         f"({CONFIG_FILE} + {WEIGHTS_FILE})"
     )
+
+
+# --------------------------------------------------------------------------- more file names (spelled here only)
+TENSORBOARD_DIR = "tensorboard"  # in a run directory: training.trackers' TensorBoard event files
+ANALYSIS_TABLE = "{}.csv"  # in analysis/: one table of `mixit analyze`, ANALYSIS_TABLE.format("heads") = "heads.csv"

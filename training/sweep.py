@@ -35,7 +35,7 @@ import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
-from models import VARIANTS
+from models import VARIANTS, ModelConfig
 from models.config import grid_name
 from models.files import as_list, load_yaml
 
@@ -126,6 +126,21 @@ def expand_grid(
 ) -> list[Run]:
     """The cross product as (run name, TrainConfig), validating every value up front (text tasks are
     built once, their tokens cached in `cache_dir`)."""
+    return [(name, cfg) for name, cfg, _ in expand_grid_models(variants, tasks, sizes, seeds, lrs, train_fields,
+                                                                cache_dir)]
+
+
+def expand_grid_models(
+    variants: Sequence[str],
+    tasks: Sequence[tuple[str, dict]],
+    sizes: Sequence[dict],
+    seeds: Sequence[int],
+    lrs: Sequence[float],
+    train_fields: dict[str, Any],
+    cache_dir: Path | None = None,
+) -> list[tuple[str, TrainConfig, ModelConfig]]:
+    """expand_grid, with each run's ModelConfig: resolved once (building the task), so that a caller that needs
+    the model's size (a cost estimate) does not build the task again."""
     allowed = {"variants": f"'all' or some of: {', '.join(VARIANTS)}", "tasks": f"some of: {', '.join(TASKS)}",
                "sizes": "{d_model, n_layers, n_heads} mappings", "seeds": "integers", "lrs": "numbers"}
     for axis, values in zip(allowed, (variants, tasks, sizes, seeds, lrs)):
@@ -133,15 +148,15 @@ def expand_grid(
             raise ValueError(f"{axis}=[] is empty; give at least one ({allowed[axis]})")
     variants = list(VARIANTS) if list(variants) == ["all"] else list(variants)
     entries = [variant_entry(v) for v in variants]
-    runs: list[Run] = []
+    runs: list[tuple[str, TrainConfig, ModelConfig]] = []
     for (task, params), size, (variant, grid), lr, seed in itertools.product(tasks, sizes, entries, lrs, seeds):
         fields = {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
         if grid:
             fields["model_extra"] = {**train_fields.get("model_extra", {}), **grid}
         cfg = TrainConfig.from_dict(fields)
-        cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
-        runs.append((run_name(cfg), cfg))
-    names = [n for n, _ in runs]
+        model = cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
+        runs.append((run_name(cfg), cfg, model))
+    names = [n for n, _, _ in runs]
     if len(set(names)) != len(names):
         raise ValueError("grid has duplicate runs")
     return runs

@@ -17,8 +17,9 @@ import math
 from pathlib import Path
 from typing import Any, Protocol
 
+from .rundir import TENSORBOARD_DIR
+
 TRACKERS = ("none", "tensorboard", "wandb")
-TENSORBOARD_DIR = "tensorboard"  # inside the run directory
 
 
 class Tracker(Protocol):

@@ -1,60 +1,65 @@
-"""The training loop: AdamW, warmup + cosine, clipping, periodic eval and checkpoints, exact resume.
+"""A training run: its settings (`TrainConfig`), and `train`, the loop that runs them.
 
-It writes a run directory (layout in training.rundir): run.json first; then metrics.jsonl, one
-record per logged step (loss, eval_loss, eval_acc, lr, tokens_per_s, elapsed_s; text LM runs add
-eval_log_perplexity and eval_perplexity); checkpoint/ (the model, loadable by models.load_model,
-plus trainer_state.safetensors/.json, the optimizer, data stream and step, for --resume); and
-summary.json last, which marks the run finished (status "finished" or "diverged").
+The loop: AdamW, warmup + cosine, clipping, periodic eval and checkpoints, exact resume. It writes a run
+directory (layout in training.rundir): run.json first; then metrics.jsonl, one record per logged step
+(loss, eval_loss, eval_acc, lr, tokens_per_s, elapsed_s; text LM runs add eval_log_perplexity and
+eval_perplexity); checkpoint/ (the model, loadable by models.load_model, plus trainer_state.safetensors/.json,
+the optimizer, data stream and step, for --resume); and summary.json last, which marks the run finished
+(status "finished" or "diverged").
 
-Text tasks cache their tokenizer and token arrays in `.token_cache/` next to the run directory, so
-the runs of a sweep tokenize a corpus once.
+Text tasks cache their tokenizer and token arrays in `.token_cache/` next to the run directory, so the runs of
+a sweep tokenize a corpus once; precision "fast" keeps its CPU measurement there too (training.precision).
+
+The other jobs live in their own modules, and their names are re-exported here: training.precision (fp32 or
+bf16), training.machine (device, malloc), training.optim (AdamW, schedule), training.loss (the loss of a batch,
+evaluation), training.state (the trainer state of a checkpoint), training.provenance.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
-from models.files import recover_directory, remove_leftovers, write_safetensors
+from models.files import recover_directory, remove_leftovers
 from models.freeze import hold_frozen_slices
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
-from models.transformer import Transformer, derive_seed
+from models.transformer import derive_seed
 
+from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
+from .machine import KEPT_MALLOC_SETTINGS, keep_freed_memory, pick_device
+from .optim import build_optimizer, resolved_warmup, scheduled_lr
+from .parallel import Ranks, ddp_options, local_device
+from .precision import (
+    BF16_MIN_SPEEDUP, PRECISIONS, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
+)
+from .provenance import provenance
 from .rundir import (
-    CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, STATE_TENSORS, SUMMARY_FILE, append_metrics,
-    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, kept_checkpoint_dir, read_json, read_run_info,
+    CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, SUMMARY_FILE, append_metrics,
+    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, kept_checkpoint_dir, read_run_info,
     read_summary, run_lock, truncate_metrics, write_json, write_text,
 )
-from .parallel import Ranks, ddp_options, local_device
+from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
 from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_import_path
 from .trackers import open_tracker
 
-
-PRECISIONS = ("auto", "fp32", "bf16", "fast")
-# "fast" picks bf16 autocast on a CPU only where this machine's bf16 matmuls beat fp32 by this factor
-# (cpu_bf16_speedup): on an AMD EPYC with avx512_bf16 they ran 2-5x fp32, on an Intel Xeon without AMX
-# slower than fp32. The margin keeps a machine near parity on fp32, the reference arithmetic.
-BF16_MIN_SPEEDUP = 1.25
-
+__all__ = [  # this module's own names, then those re-exported from the modules above
+    "TrainConfig", "TrainingDiverged", "SettingsChanged", "IGNORED_SETTINGS", "train", "settings_differences",
+    "check_same_settings",
+    "PRECISIONS", "BF16_MIN_SPEEDUP", "resolve_precision", "autocast_for", "cpu_bf16_speedup", "cpu_has_bf16",
+    "pick_device", "keep_freed_memory", "KEPT_MALLOC_SETTINGS", "build_optimizer", "resolved_warmup",
+    "masked_logits", "masked_loss", "task_loss", "scored_count", "SummedLoss", "evaluate", "provenance",
+]
 
 class TrainingDiverged(RuntimeError):
     """The loss or gradient became non-finite; the last good checkpoint is kept."""
@@ -186,358 +191,12 @@ class TrainConfig:
         return sorted({0, *(min(self.steps, round(ratio**i)) for i in range(n))})
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
-        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+        """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay (training.optim)."""
+        return scheduled_lr(step, self.lr, self.steps, self.warmup, self.min_lr_ratio)
 
 
-# --------------------------------------------------------------------------- helpers
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} requested but CUDA is not available")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={name!r} requested but MPS is not available")
-    return device
 
 
-def resolved_warmup(steps: int, warmup_steps: int | None) -> int:
-    """The warmup a run uses: warmup_steps if set, else 5% of its steps (at least 1)."""
-    return warmup_steps if warmup_steps is not None else max(1, steps // 20)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"fp32" or "bf16" for a TrainConfig.precision on `device` ("auto": bf16 on CUDA, fp32 elsewhere;
-    "fast": as auto, but bf16 on a CPU where it pays, see cpu_bf16_speedup)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
-    if precision == "fast" and device.type == "cpu":
-        return "bf16" if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"  # 0.0 without native bf16
-    if precision in ("auto", "fast"):
-        return "bf16" if device.type == "cuda" else "fp32"
-    if precision == "bf16" and device.type not in ("cpu", "cuda"):
-        raise ValueError(f"precision='bf16' is supported on cpu and cuda, not {device.type}; use fp32")
-    return precision
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU runs bf16 matmuls natively (avx512_bf16 / AMX, through oneDNN); without it bf16 is emulated."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-@functools.cache
-def _cpu_name() -> str:  # read once: autocast_for asks cpu_bf16_speedup at every step
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _measure_bf16_speedup(rounds: int = 7) -> float:
-    """fp32 time / bf16 time of matmuls of a width-64 to 256 model's training shapes, median over rounds
-    that alternate the two, on one thread (a property of the core, and what each preset worker uses)."""
-    shapes = ((2048, 64, 256), (2048, 256, 64), (512, 256, 1024))
-    pairs = {dt: [(torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)) for m, k, n in shapes]
-             for dt in (torch.float32, torch.bfloat16)}
-
-    def seconds(dtype: torch.dtype) -> float:
-        t0 = time.perf_counter()
-        for _ in range(5):
-            for a, b in pairs[dtype]:
-                a @ b
-        return time.perf_counter() - t0
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        seconds(torch.float32), seconds(torch.bfloat16)  # warm-up
-        ratios = sorted(seconds(torch.float32) / seconds(torch.bfloat16) for _ in range(rounds))
-    finally:
-        torch.set_num_threads(threads)
-    return ratios[len(ratios) // 2]
-
-
-_BF16_SPEEDUP: dict[str, float] = {}
-
-
-def cpu_bf16_speedup() -> float:
-    """How many times faster this CPU's bf16 matmuls run than its fp32 ones (0.0 without native bf16).
-
-    Measured once per machine and torch version, and kept in
-    $XDG_CACHE_HOME/mixit-lab/bf16_speedup.json (default ~/.cache): every run on one machine then
-    decides alike, even where a measurement would land near BF16_MIN_SPEEDUP."""
-    key = f"{_cpu_name()} | torch {torch.__version__}"
-    if key in _BF16_SPEEDUP:
-        return _BF16_SPEEDUP[key]
-    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mixit-lab" / "bf16_speedup.json"
-    try:
-        known = read_json(path) if path.is_file() else {}
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known.get(key), (int, float)):
-        known[key] = _measure_bf16_speedup() if cpu_has_bf16() else 0.0
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, known)
-        except OSError:
-            pass  # a read-only home: measured again by the next process
-    _BF16_SPEEDUP[key] = float(known[key])
-    return _BF16_SPEEDUP[key]
-
-
-# glibc malloc settings of keep_freed_memory(), by tunable name (also usable as GLIBC_TUNABLES=glibc.malloc.NAME=...).
-KEPT_MALLOC_SETTINGS = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 64 << 20}
-
-
-def keep_freed_memory(keep: bool = True) -> bool:
-    """Let glibc's malloc keep freed blocks (up to 32 MB each) for reuse instead of giving them back.
-
-    A training step frees and reallocates the same activation buffers every step. With glibc's
-    defaults many go back to the OS and return as fresh pages, about 1,700 page faults per step for a
-    k-hop model of the quick preset; kept, about 20, and the step is 5-10% faster on a 2-core VM
-    (benchmarks/bench_kernels.py). `keep=False` restores glibc's default thresholds. Returns whether
-    the setting applied (glibc on Linux only; elsewhere nothing changes).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    option = {"mmap_threshold": -3, "trim_threshold": -1, "top_pad": -2}  # M_MMAP_THRESHOLD, ... in malloc.h
-    values = KEPT_MALLOC_SETTINGS if keep else dict.fromkeys(KEPT_MALLOC_SETTINGS, 128 << 10)
-    return all(mallopt(option[name], value) for name, value in values.items())
-
-
-def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                    device: torch.device) -> torch.optim.AdamW:
-    """The trainer's AdamW: weight decay on trainable matrices only; the fused kernel on CPU (one call per
-    parameter tensor instead of about ten: a tiny model's step 4.5 -> 4.0 ms at width 16, 2 CPU cores),
-    multi-tensor ops on CUDA."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=betas, foreach=device.type == "cuda", fused=device.type == "cpu",
-    )
-
-
-def autocast_for(device: torch.device, precision: str = "auto"):
-    """Mixed precision for forward passes: bf16 autocast (matmuls in bf16, softmax, norms and losses in fp32)
-    when `precision` resolves to bf16, else full precision. Weights and optimizer state stay fp32."""
-    if resolve_precision(precision, device) == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
-def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits at the positions that predict scored tokens, and those targets.
-
-    Position t-1 predicts token t; only rows of the residual stream that predict a scored
-    token go through the unembedding, which is most of the cost saved on small tasks. A
-    `Transformer` runs on the positions up to the last that predicts a scored token (in a causal
-    model later ones never reach it), and its last block from the first such position on
-    (`from_pos`): memorization's 3-token rows, scored at the end, need 2 positions and the last
-    block at 1. With hooks attached (ablations, patching) it runs on every position, as they expect.
-    """
-    predict = mask[:, 1:]
-    span = _scored_span(model, predict)
-    if span is None:
-        resid = model(tokens, return_type=None)[:, :-1]
-        return model.unembed(resid[predict]).float(), tokens[:, 1:][predict]
-    first, last = span
-    end = last + 1 if model.config.causal else tokens.shape[1]
-    resid = model(tokens[:, :end], return_type=None, from_pos=first)[:, : last + 1 - first]
-    predict = predict[:, first : last + 1]
-    logits = model.unembed(resid[predict]).float()
-    return logits, tokens[:, first + 1 : last + 2][predict]
-
-
-def _scored_span(model, predict: torch.Tensor) -> tuple[int, int] | None:
-    """First and last position that predicts a scored token, if `model` is a `Transformer`
-    (possibly compiled) with no TransformerLens hook attached, forward or backward, and some token is
-    scored; else None (run every position)."""
-    if not isinstance(getattr(model, "_orig_mod", model), Transformer):
-        return None
-    if any(point.has_hooks() for point in model.hook_dict.values()):
-        return None
-    scored = predict.any(0).nonzero()
-    return (int(scored[0]), int(scored[-1])) if len(scored) else None
-
-
-def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    logits, targets = masked_logits(model, tokens, mask)
-    return F.cross_entropy(logits, targets, reduction=reduction)
-
-
-def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...], reduction: str = "mean") -> torch.Tensor:
-    """The training loss of one batch: masked next-token cross-entropy, or class cross-entropy.
-
-    reduction "mean" averages over the scored tokens (rows for a classifier), "sum" adds them up."""
-    if task.objective == "classification":
-        tokens, mask, labels = batch
-        return F.cross_entropy(model.classify(tokens, mask).float(), labels, reduction=reduction)
-    tokens, mask = batch
-    return masked_loss(model, tokens, mask, reduction)
-
-
-def scored_count(task: Task, batch: tuple[torch.Tensor, ...]) -> int:
-    """How many terms task_loss averages over in `batch`: scored tokens, or rows for a classifier."""
-    if task.objective == "classification":
-        return batch[0].shape[0]
-    return int(batch[1][:, 1:].sum())
-
-
-class SummedLoss(torch.nn.Module):
-    """task_loss(reduction="sum") as a module, so that DistributedDataParallel sees every parameter the
-    loss uses (the unembedding is called outside the model's forward)."""
-
-    def __init__(self, model: torch.nn.Module, task: Task):
-        super().__init__()
-        self.model, self.task = model, task
-
-    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
-        return task_loss(self.model, self.task, batch, reduction="sum")
-
-
-@torch.no_grad()
-def evaluate(
-    model, tokens: torch.Tensor, mask: torch.Tensor, metric: str, batch_size: int = 1024,
-    labels: torch.Tensor | None = None, precision: str = "auto",
-) -> dict[str, float]:
-    """Mean loss over scored tokens and accuracy ("sequence": every scored token right; "token": per token).
-
-    With `labels` (classification tasks; `mask` marks real tokens) the loss and accuracy are per row.
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    loss_sum, n_tokens, n_correct_tokens, n_correct_rows = 0.0, 0, 0, 0
-    for start in range(0, tokens.shape[0], batch_size):
-        tb = tokens[start : start + batch_size].to(device)
-        mb = mask[start : start + batch_size].to(device)
-        if labels is not None:
-            with autocast_for(device, precision):
-                logits = model.classify(tb, mb).float()
-            targets = labels[start : start + batch_size].to(device)
-            loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-            n_correct_rows += (logits.argmax(-1) == targets).sum().item()
-            n_tokens += targets.numel()
-            continue
-        with autocast_for(device, precision):
-            logits, targets = masked_logits(model, tb, mb)
-        loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum").item()
-        right = logits.argmax(-1) == targets
-        n_tokens += targets.numel()
-        n_correct_tokens += right.sum().item()
-        # Scatter per-token correctness back to rows: a row is right if none of its scored tokens is wrong.
-        wrong_per_row = torch.zeros(tb.shape[0], dtype=torch.long, device=device)
-        rows = mb[:, 1:].nonzero()[:, 0]
-        wrong_per_row.index_add_(0, rows, (~right).long())
-        n_correct_rows += (wrong_per_row == 0).sum().item()
-    model.train(was_training)
-    per_row = labels is not None or metric == "sequence"
-    acc = n_correct_rows / tokens.shape[0] if per_row else n_correct_tokens / max(1, n_tokens)
-    return {"eval_loss": loss_sum / max(1, n_tokens), "eval_acc": acc}
-
-
-def provenance(argv: list[str] | None = None) -> dict[str, Any]:
-    """Command line, git commit, library versions and torch's CPU thread count, recorded in every run directory.
-
-    The thread count is there because it changes how CPU kernels split their sums: the same config and
-    seed give the same numbers on the same machine at the same thread count, float-rounding-different
-    ones at another."""
-    import numpy
-    import transformer_lens
-
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip() or None
-        dirty = bool(
-            subprocess.run(
-                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=5,
-            ).stdout.strip()
-        ) if commit else None
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = None, None
-    try:
-        from importlib.metadata import version
-
-        ours = version("mixit-lab")
-    except Exception:
-        ours = None
-    argv = list(sys.argv if argv is None else argv)
-    return {
-        "command": shlex.join(argv),
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "versions": {
-            "mixit-lab": ours,
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformer_lens": getattr(transformer_lens, "__version__", None),
-            "numpy": numpy.__version__,
-        },
-        "platform": platform.platform(),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-# --------------------------------------------------------------------------- trainer state
-def _save_trainer_state(directory: Path, step: int, optimizer, stream: TrainStream, extra: dict) -> None:
-    opt = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    for idx, state in opt["state"].items():
-        for key, value in state.items():
-            tensors[f"optim.{idx}.{key}"] = value.detach().cpu().contiguous()
-    stream_state = stream.state_dict()
-    stream_json = {}
-    for key, value in stream_state.items():
-        if isinstance(value, torch.Tensor):
-            tensors[f"stream.{key}"] = value.cpu().contiguous()
-        else:
-            stream_json[key] = value
-    write_safetensors(tensors, directory / STATE_TENSORS)
-    write_json(
-        directory / STATE_JSON,
-        {"step": step, "param_groups": opt["param_groups"], "stream": stream_json, **extra},
-    )
-
-
-def _load_trainer_state(directory: Path, optimizer, stream: TrainStream) -> dict:
-    meta = read_json(directory / STATE_JSON)
-    tensors = load_file(str(directory / STATE_TENSORS))
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    stream_state: dict[str, Any] = dict(meta["stream"])
-    for name, value in tensors.items():
-        kind, rest = name.split(".", 1)
-        if kind == "optim":
-            idx, key = rest.split(".", 1)
-            state.setdefault(int(idx), {})[key] = value
-        else:
-            stream_state[rest] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    stream.load_state_dict(stream_state)
-    return meta
-
-
-# --------------------------------------------------------------------------- the loop
 def train(
     cfg: TrainConfig,
     out_dir: str | Path,
@@ -602,7 +261,7 @@ def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[st
     run_dir; none if it holds no run. Device and torch.compile may differ (resuming elsewhere is fine)."""
     if not is_run_dir(run_dir):
         return []
-    saved = TrainConfig.from_dict(read_run_info(run_dir)["train"]).to_dict()
+    saved = TrainConfig.from_dict(dict(read_run_info(run_dir).train)).to_dict()
     wanted = cfg.to_dict()
     return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
 
@@ -628,7 +287,7 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
         from models import load_model
 
         model.load_state_dict(load_model(ckpt).state_dict())
-        meta = _load_trainer_state(ckpt, optimizer, stream)
+        meta = load_trainer_state(ckpt, optimizer, stream)
         if ranks.main:
             truncate_metrics(out, meta["step"])
         return (meta["step"], meta.get("elapsed_s", 0.0), meta.get("best_eval_acc"),
@@ -647,41 +306,239 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
     return 0, 0.0, None, (0.0, 0)
 
 
-def _train_step(cfg: TrainConfig, task, batch: tuple[torch.Tensor, ...], step: int, optimizer, forward,
-                device: torch.device, ranks: Ranks, summed=None) -> tuple[float, torch.Tensor]:
-    """One optimizer step at `step` on one training batch: the learning rate of the schedule, the loss, its
-    gradient, clipping and AdamW. Returns (the loss, the gradient norm before clipping); TrainingDiverged when
-    either is not finite. With several processes `summed` (the DDP-wrapped summed loss) takes this rank's rows."""
-    for group in optimizer.param_groups:
-        group["lr"] = cfg.lr_at(step)
-    if summed is None:
-        batch = tuple(t.to(device, non_blocking=True) for t in batch)
-        with autocast_for(device, cfg.precision):
-            loss = task_loss(forward, task, batch)
-        loss_value = loss.item()
-    else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
-        rows = ranks.rows(cfg.batch_size)
-        scale = ranks.size / scored_count(task, batch)
-        with autocast_for(device, cfg.precision):
-            loss = summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
-        loss_value = ranks.sum(loss.detach() / ranks.size).item()
-    if not math.isfinite(loss_value):
-        raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        [p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
-    )
-    if not torch.isfinite(grad_norm):
-        raise TrainingDiverged(f"non-finite gradient norm at step {step}")
-    optimizer.step()
-    return loss_value, grad_norm
+def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
+           tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
+    """The body of `train`, run while holding the run directory's lock (rank 0)."""
+    task, precision = _prepare(cfg, out, resume, device, ranks)
+    model_cfg = cfg.model_config(task)
+    if resume and (out / RUN_FILE).is_file():
+        read_run_info(out).check_data(task)  # the run's corpus and tokenizer are still the ones it began with
+    loop = _Loop(cfg, out, task, model_cfg, device, ranks, precision)
+    loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(
+        cfg, out, resume, task, loop.model, model_cfg, loop.optimizer, loop.stream, argv, ranks)
+    loop.prepare()
+    return loop.run(progress, tracker)
 
 
-def _eval_metrics(model, task, eval_batch: tuple[torch.Tensor, ...], cfg: TrainConfig) -> dict[str, float]:
+def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ranks: Ranks) -> tuple[Task, str]:
+    """Put the checkpoint folder right, resolve the precision and build the task: rank 0 first, so that it alone
+    writes the runs folder's cache (token arrays, the bf16 measurement), then the others, which read it.
+    Returns the task and the precision ("fp32" or "bf16")."""
+    ckpt, cache = out / CHECKPOINT_DIR, out.parent / DATA_CACHE_DIR
+    if ranks.main:
+        if resume:
+            recover_directory(ckpt)  # a kill in the middle of swapping a checkpoint in left it beside its place
+        remove_leftovers(ckpt)  # temporary copies of killed saves
+        precision = resolve_precision(cfg.precision, device, cache)
+        warn_if_emulated(precision, device)
+        task = cfg.build_task(cache)
+    ranks.barrier()  # the checkpoint is in place and the cache is written
+    if not ranks.main:
+        precision = resolve_precision(cfg.precision, device, cache)
+        task = cfg.build_task(cache)
+    return task, precision
+
+
+class _Loop:
+    """One run's training loop and its counters, as named steps: prepare, step, log, keep, checkpoint, finish.
+
+    Every rank runs it; rank 0 alone logs, evaluates and writes the run directory."""
+
+    def __init__(self, cfg: TrainConfig, out: Path, task: Task, model_cfg: ModelConfig, device: torch.device,
+                 ranks: Ranks, precision: str):
+        self.cfg, self.out, self.task, self.device, self.ranks = cfg, out, task, device, ranks
+        self.precision = precision  # resolved: "fp32" or "bf16"
+        self.ckpt = out / CHECKPOINT_DIR
+        self.model = build_model(model_cfg).to(device)
+        attach_tokenizer(self.model, task)  # saved with every checkpoint: to_str_tokens & co. speak its vocabulary
+        self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, cfg.betas, device)
+        self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
+        self.eval_batch = task.eval_set(cfg.eval_samples)
+        # what a checkpoint carries (set by _start_or_resume): the step, the seconds and best eval accuracy so far,
+        # and the training loss summed over the steps since the last log
+        self.step, self.elapsed_before, self.best_acc = 0, 0.0, None
+        self.window_loss, self.window_n = 0.0, 0
+        # this session's counters
+        self.train_time, self.train_tokens, self.t_start = 0.0, 0, 0.0
+        self.last: dict[str, Any] = {}
+        self.last_acc = float("nan")
+        self.summed: torch.nn.Module | None = None  # the DDP-wrapped summed loss, with several processes
+        self.forward: torch.nn.Module = self.model  # compiled by prepare() with cfg.compile
+        self.kept: set[int] = set()
+        self.counts: dict[str, int] = {}
+        self.track = None  # the tracker (rank 0), the progress bar and whether to print eval lines: set by run()
+        self.bar: tqdm
+        self.progress = False
+
+    def prepare(self) -> None:
+        """After the start or resume: hold frozen heads, compile, wrap for several processes, keep the init."""
+        hold_frozen_slices(self.model, self.optimizer)  # frozen heads ("v@0.h1") keep the values just loaded
+        self.forward = torch.compile(self.model) if self.cfg.compile else self.model
+        if self.ranks.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.summed = DistributedDataParallel(SummedLoss(self.forward, self.task), **ddp_options(self.device))
+        self.kept = set(self.cfg.kept_steps())
+        self.counts = self.model.parameter_counts()
+        if self.step == 0:
+            self._keep_model(0)
+
+    def run(self, progress: bool, tracker: str | None) -> dict[str, Any]:
+        """Train from the current step to cfg.steps; returns the summary (written as summary.json by rank 0)."""
+        cfg = self.cfg
+        self.track = open_tracker(tracker, self.out, cfg.to_dict(), self.step) if self.ranks.main else None
+        self.progress = progress
+        self.bar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, desc=f"{cfg.variant}/{cfg.task}",
+                        dynamic_ncols=True, leave=False, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        self.model.train()
+        self.t_start = time.perf_counter()
+        try:
+            while self.step < cfg.steps:
+                self._one_step()
+        except TrainingDiverged as e:
+            self._diverged(e)
+        self.bar.close()
+        return self._finish()
+
+    def _elapsed(self) -> float:
+        """Seconds of training so far, earlier sessions of a resumed run included."""
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def _one_step(self) -> None:
+        """One optimizer step, then what falls due at the new step: a log (and evaluation), a kept model, a checkpoint."""
+        cfg, ranks = self.cfg, self.ranks
+        t0 = time.perf_counter()
+        loss_value, grad_norm = self._train_step(self.stream.next())
+        self.step += 1
+        step = self.step
+        if self.device.type == "cuda" and step % cfg.log_every == 0:
+            torch.cuda.synchronize()
+        self.train_time += time.perf_counter() - t0
+        self.train_tokens += cfg.batch_size * self.task.seq_len
+        self.window_loss += loss_value
+        self.window_n += 1
+        is_eval = (step % cfg.eval_every == 0 or step == cfg.steps) and ranks.main
+        if ranks.main and (step % cfg.log_every == 0 or is_eval):
+            self._log(grad_norm, is_eval)
+        self._keep_model(step)
+        if ranks.main and (step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps):
+            self._save_checkpoint(self._elapsed())
+        self.bar.update(1)
+
+    def _train_step(self, batch: tuple[torch.Tensor, ...]) -> tuple[float, torch.Tensor]:
+        """One optimizer step at self.step on one training batch: the learning rate of the schedule, the loss, its
+        gradient, clipping and AdamW. Returns (the loss, the gradient norm before clipping); TrainingDiverged when
+        either is not finite. With several processes the DDP-wrapped summed loss takes this rank's rows."""
+        cfg, step, device, ranks = self.cfg, self.step, self.device, self.ranks
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr_at(step)
+        if self.summed is None:
+            batch = tuple(t.to(device, non_blocking=True) for t in batch)
+            with autocast_for(device, self.precision):
+                loss = task_loss(self.forward, self.task, batch)
+            loss_value = loss.item()
+        else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
+            rows = ranks.rows(cfg.batch_size)
+            scale = ranks.size / scored_count(self.task, batch)
+            with autocast_for(device, self.precision):
+                loss = self.summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
+            loss_value = ranks.sum(loss.detach() / ranks.size).item()
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for g in self.optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
+        )
+        if not torch.isfinite(grad_norm):
+            raise TrainingDiverged(f"non-finite gradient norm at step {step}")
+        self.optimizer.step()
+        return loss_value, grad_norm
+
+    def _log(self, grad_norm: torch.Tensor, is_eval: bool) -> None:
+        """Log the step (rank 0): the mean training loss since the last log, and at an eval step the held-out scores."""
+        record = {
+            "step": self.step,
+            "loss": self.window_loss / self.window_n,
+            "lr": self.cfg.lr_at(self.step - 1),
+            "grad_norm": float(grad_norm),
+            "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
+            "elapsed_s": self._elapsed(),
+        }
+        self.window_loss, self.window_n = 0.0, 0
+        if is_eval:
+            record.update(_eval_metrics(self.model, self.task, self.eval_batch, self.cfg, self.precision))
+            self.best_acc = max(self.best_acc or 0.0, record["eval_acc"])
+            self.last_acc = record["eval_acc"]
+            if self.progress:
+                self.bar.write(_progress_line(self.cfg, record))
+        append_metrics(self.out, record)
+        if self.track is not None:
+            self.track.log(record)
+        self.last = record
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", eval_acc=f"{self.last_acc:.3f}")
+
+    def _keep_model(self, at_step: int) -> None:
+        """Keep the model at `at_step` if it is one of cfg.kept_steps() (rank 0; training dynamics)."""
+        if self.ranks.main and at_step in self.kept:
+            with atomic_directory(kept_checkpoint_dir(self.out, at_step)) as tmp:
+                write_model_files(self.model, tmp)
+
+    def _save_checkpoint(self, elapsed: float) -> None:
+        """Swap in checkpoint/: the model and the trainer state at this step (rank 0)."""
+        with atomic_directory(self.ckpt) as tmp:
+            write_model_files(self.model, tmp)
+            # The training-loss window since the last log goes along, so that a resumed run logs the same loss.
+            save_trainer_state(tmp, self.step, self.optimizer, self.stream,
+                               {"elapsed_s": elapsed, "best_eval_acc": self.best_acc,
+                                "window_loss": self.window_loss, "window_n": self.window_n})
+        if self.track is not None:  # what was logged up to this checkpoint survives a kill after it
+            self.track.flush()
+
+    def _diverged(self, error: TrainingDiverged) -> NoReturn:
+        """Close up after a non-finite loss or gradient: summary.json says "diverged"; the last checkpoint stays."""
+        self.bar.close()
+        if self.track is not None:
+            self.track.close()
+        kept = "no checkpoint was written yet"
+        if has_trainer_state(self.ckpt):
+            kept = f"last good checkpoint (step {saved_step(self.ckpt)}) kept in {self.ckpt}"
+        summary = {"status": "diverged", "message": f"{error}; {kept}", "step": self.step,
+                   **_summary_base(self.cfg, self.counts)}
+        if self.ranks.main:
+            write_json(self.out / SUMMARY_FILE, summary)
+        raise TrainingDiverged(f"{self.out}: {error}; {kept}") from None
+
+    def _finish(self) -> dict[str, Any]:
+        """The finished run's summary, written as summary.json (rank 0), which marks the run finished."""
+        last = self.last
+        summary = {
+            "status": "finished",
+            "step": self.step,
+            **_summary_base(self.cfg, self.counts),
+            "loss": last.get("loss"),
+            "eval_loss": last.get("eval_loss"),
+            "eval_acc": last.get("eval_acc"),
+            **{k: v for k, v in last.items() if k.startswith("eval_") and k not in ("eval_loss", "eval_acc")},
+            "best_eval_acc": self.best_acc,
+            "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9) if self.train_tokens else None,
+            "elapsed_s": self._elapsed(),
+            "device": str(self.device),
+            "precision": self.precision,
+            "processes": self.ranks.size,
+        }
+        if self.ranks.main:
+            write_json(self.out / SUMMARY_FILE, summary)
+        if self.track is not None:
+            self.track.close()
+        return summary
+
+
+def _eval_metrics(model: torch.nn.Module, task: Task, eval_batch: tuple[torch.Tensor, ...], cfg: TrainConfig,
+                  precision: str) -> dict[str, float]:
     """What an evaluation step logs: held-out loss and accuracy, and the task's extras (perplexity for lm)."""
     labels = eval_batch[2] if task.objective == "classification" else None
-    metrics = evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels, cfg.precision)
+    metrics = evaluate(model, eval_batch[0], eval_batch[1], task.metric, cfg.eval_batch_size, labels, precision)
     metrics.update(task.extra_eval_metrics(metrics["eval_loss"]))
     return metrics
 
@@ -694,151 +551,8 @@ def _progress_line(cfg: TrainConfig, record: dict[str, Any]) -> str:
             f"{record['tokens_per_s']:,.0f} tok/s")
 
 
-def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
-           tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
-    """The body of `train`, run while holding the run directory's lock (rank 0)."""
-    ckpt = out / CHECKPOINT_DIR
-    if ranks.main:
-        if resume:
-            recover_directory(ckpt)  # a kill in the middle of swapping a checkpoint in left it beside its place
-        remove_leftovers(ckpt)  # temporary copies of killed saves
-        if resolve_precision(cfg.precision, device) == "bf16" and device.type == "cpu" and not cpu_has_bf16():
-            warnings.warn("precision='bf16' on a CPU without native bf16 (avx512_bf16 or AMX): emulated, "
-                          "likely slower than fp32", stacklevel=2)
-        task = cfg.build_task(out.parent / DATA_CACHE_DIR)
-    ranks.barrier()  # the checkpoint is in place and a text task's token cache is written
-    if not ranks.main:
-        task = cfg.build_task(out.parent / DATA_CACHE_DIR)
-    model_cfg = cfg.model_config(task)
-    if resume and (out / RUN_FILE).is_file():
-        saved = read_json(out / RUN_FILE)["task"].get("data_fingerprint")
-        if saved is not None and saved != task.data_fingerprint:
-            raise ValueError(f"{out / RUN_FILE}: cannot resume: the task's data (corpus or tokenizer) changed since the run began")
-    model = build_model(model_cfg).to(device)
-    attach_tokenizer(model, task)  # saved with every checkpoint: to_str_tokens & co. speak the task's vocabulary
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
-    stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
-    eval_batch = task.eval_set(cfg.eval_samples)
-
-    step, elapsed_before, best_acc, window = _start_or_resume(cfg, out, resume, task, model, model_cfg, optimizer,
-                                                              stream, argv, ranks)
-    hold_frozen_slices(model, optimizer)  # frozen heads ("v@0.h1") keep the values just loaded through every step
-    forward = torch.compile(model) if cfg.compile else model
-    if ranks.size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        summed = DistributedDataParallel(SummedLoss(forward, task), **ddp_options(device))
-    checkpoint_every = cfg.checkpoint_every or cfg.eval_every
-    tokens_per_step = cfg.batch_size * task.seq_len
-    counts = model.parameter_counts()
-
-    kept = set(cfg.kept_steps())
-
-    def keep_model(at_step: int) -> None:
-        if ranks.main and at_step in kept:
-            with atomic_directory(kept_checkpoint_dir(out, at_step)) as tmp:
-                write_model_files(model, tmp)
-
-    if step == 0:
-        keep_model(0)
-
-    def save_checkpoint(at_step: int, elapsed: float) -> None:
-        with atomic_directory(ckpt) as tmp:
-            write_model_files(model, tmp)
-            # The training-loss window since the last log goes along, so that a resumed run logs the same loss.
-            _save_trainer_state(tmp, at_step, optimizer, stream, {"elapsed_s": elapsed, "best_eval_acc": best_acc,
-                                                                  "window_loss": window_loss, "window_n": window_n})
-        if track is not None:  # what was logged up to this checkpoint survives a kill after it
-            track.flush()
-
-    track = open_tracker(tracker, out, cfg.to_dict(), step) if ranks.main else None
-
-    def log(record: dict[str, Any]) -> None:
-        if not ranks.main:
-            return
-        append_metrics(out, record)
-        if track is not None:
-            track.log(record)
-
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"{cfg.variant}/{cfg.task}",
-               dynamic_ncols=True, leave=False, mininterval=0.5 if sys.stderr.isatty() else 30.0)
-    model.train()
-    t_start = time.perf_counter()
-    train_time, train_tokens, last, last_acc = 0.0, 0, {}, float("nan")
-    window_loss, window_n = window  # the training loss summed over the steps since the last log
-    try:
-        while step < cfg.steps:
-            t0 = time.perf_counter()
-            loss_value, grad_norm = _train_step(cfg, task, stream.next(), step, optimizer, forward, device, ranks,
-                                                summed if ranks.size > 1 else None)
-            step += 1
-            if device.type == "cuda" and step % cfg.log_every == 0:
-                torch.cuda.synchronize()
-            train_time += time.perf_counter() - t0
-            train_tokens += tokens_per_step
-            window_loss += loss_value
-            window_n += 1
-
-            is_eval = (step % cfg.eval_every == 0 or step == cfg.steps) and ranks.main
-            if ranks.main and (step % cfg.log_every == 0 or is_eval):
-                elapsed = elapsed_before + time.perf_counter() - t_start
-                record = {
-                    "step": step,
-                    "loss": window_loss / window_n,
-                    "lr": cfg.lr_at(step - 1),
-                    "grad_norm": float(grad_norm),
-                    "tokens_per_s": train_tokens / max(train_time, 1e-9),
-                    "elapsed_s": elapsed,
-                }
-                window_loss, window_n = 0.0, 0
-                if is_eval:
-                    record.update(_eval_metrics(model, task, eval_batch, cfg))
-                    best_acc = max(best_acc or 0.0, record["eval_acc"])
-                    last_acc = record["eval_acc"]
-                    if progress:
-                        bar.write(_progress_line(cfg, record))
-                log(record)
-                last = record
-                bar.set_postfix(loss=f"{record['loss']:.3f}", eval_acc=f"{last_acc:.3f}")
-            keep_model(step)
-            if ranks.main and (step % checkpoint_every == 0 or step == cfg.steps):
-                save_checkpoint(step, elapsed_before + time.perf_counter() - t_start)
-            bar.update(1)
-    except TrainingDiverged as e:
-        bar.close()
-        if track is not None:
-            track.close()
-        kept = "no checkpoint was written yet"
-        if (ckpt / STATE_JSON).is_file():
-            kept = f"last good checkpoint (step {read_json(ckpt / STATE_JSON)['step']}) kept in {ckpt}"
-        summary = {"status": "diverged", "message": f"{e}; {kept}", "step": step, **_summary_base(cfg, counts)}
-        if ranks.main:
-            write_json(out / SUMMARY_FILE, summary)
-        raise TrainingDiverged(f"{out}: {e}; {kept}") from None
-    bar.close()
-    summary = {
-        "status": "finished",
-        "step": step,
-        **_summary_base(cfg, counts),
-        "loss": last.get("loss"),
-        "eval_loss": last.get("eval_loss"),
-        "eval_acc": last.get("eval_acc"),
-        **{k: v for k, v in last.items() if k.startswith("eval_") and k not in ("eval_loss", "eval_acc")},
-        "best_eval_acc": best_acc,
-        "tokens_per_s": train_tokens / max(train_time, 1e-9) if train_tokens else None,
-        "elapsed_s": elapsed_before + time.perf_counter() - t_start,
-        "device": str(device),
-        "precision": resolve_precision(cfg.precision, device),
-        "processes": ranks.size,
-    }
-    if ranks.main:
-        write_json(out / SUMMARY_FILE, summary)
-    if track is not None:
-        track.close()
-    return summary
-
-
 def _summary_base(cfg: TrainConfig, counts: dict[str, int]) -> dict[str, Any]:
+    """What both summaries (finished, diverged) say of the run's settings and size."""
     return {
         "variant": cfg.variant,
         "task": cfg.task,

@@ -135,6 +135,9 @@ class Task:
     objective: ClassVar[str] = "next_token"
     needs_corpus: ClassVar[bool] = False  # built from a text corpus (text_file or dataset), outside the run directory
     default_classes: ClassVar[tuple[str, ...]] = ()  # a classifier's class labels when its `classes` is not given
+    # The summary value a finished run is judged by: "eval_acc" (higher is better) or "eval_loss" (lower is
+    # better; a language model's log-perplexity).
+    headline: ClassVar[str] = "eval_acc"
     text_tokenizer: Any = None  # a tokenizers.Tokenizer for text tasks; attached to the model, saved with it
 
     vocab: list[str]

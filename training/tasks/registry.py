@@ -239,6 +239,19 @@ def get_task(name: str, *, cache_dir: str | Path | None = None, **params: Any) -
     return task
 
 
+def resolved_task_params(task_name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's task parameters with the task's constructor defaults filled in (a run records only the
+    parameters it was given); a given None leaves the default. A task not in `TASKS`: `params` as given."""
+    given = {k: v for k, v in (params or {}).items() if v is not None}
+    cls = TASKS.get(task_name)
+    if cls is None:
+        return dict(params or {})
+    signature = inspect.signature(cls.__init__).parameters
+    defaults = {name: signature[name].default for name in parameter_names(cls)
+                if signature[name].default is not inspect.Parameter.empty}
+    return {**defaults, **given}
+
+
 # --------------------------------------------------------------------------- parameters as options
 class TaskOption(NamedTuple):
     """A task constructor parameter, as the command line and sweeps see it."""

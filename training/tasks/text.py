@@ -121,6 +121,7 @@ class LanguageModeling(_TextTask):
 
     name = "lm"
     metric = "token"
+    headline = "eval_loss"  # judged by log-perplexity
     layout = "t_0 [t_1 .. t_{L-1}]   (L = seq_len consecutive tokens of the training text)"
     _dataset_kind = "text"
 
