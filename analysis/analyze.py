@@ -309,7 +309,7 @@ def analyze_checkpoint(
     from models.files import atomic_directory, write_json
     from training.trainer import pick_device, provenance
 
-    from .common import checkpoint_hash, find_checkpoint, random_tokens
+    from .common import checkpoint_hash, find_checkpoint
 
     if not isinstance(options, AnalysisOptions):
         options = AnalysisOptions.from_dict(options)
@@ -333,15 +333,7 @@ def analyze_checkpoint(
     started = time.perf_counter()
     model = load_model(ref.checkpoint, device=pick_device(device))
     task, task_note = _load_task(ref, model)
-    # Inputs for attention statistics and signal propagation: the task's eval set, else random tokens.
-    if task is not None:
-        inputs = task.eval_set(min(options.n_seqs, task.default_eval_size))[0]
-        inputs_note = f"first {inputs.shape[0]} rows of the {task.name} eval set, without a padding mask"
-    else:
-        n_ctx = model.cfg.n_ctx
-        inputs = random_tokens(model.cfg.d_vocab, options.n_seqs, n_ctx, options.seed)
-        inputs_note = f"{inputs.shape[0]} random sequences of {n_ctx} tokens"
-    ctx = AnalysisContext(model, task, task_note, options, inputs, inputs_note)
+    ctx = AnalysisContext(model, task, task_note, options, *_inputs(model, task, options))
     skipped: dict[str, str] = {}
     for analysis in ANALYSES:
         reason = analysis.applies(ctx)
@@ -378,6 +370,18 @@ def analyze_checkpoint(
 
 
 # --------------------------------------------------------------------------- helpers
+def _inputs(model, task, options: AnalysisOptions) -> tuple[Any, str]:
+    """Inputs [n, pos] for attention statistics and signal propagation, and what they are: the task's eval
+    set, else random tokens."""
+    from .common import random_tokens
+
+    if task is not None:
+        inputs = task.eval_set(min(options.n_seqs, task.default_eval_size))[0]
+        return inputs, f"first {inputs.shape[0]} rows of the {task.name} eval set, without a padding mask"
+    inputs = random_tokens(model.cfg.d_vocab, options.n_seqs, model.cfg.n_ctx, options.seed)
+    return inputs, f"{inputs.shape[0]} random sequences of {model.cfg.n_ctx} tokens"
+
+
 def _read_previous(out_dir: Path) -> dict | None:
     """The analysis.json in out_dir if it is one of ours, else None."""
     try:

@@ -321,12 +321,7 @@ class LensCache(ActivationCache):
             result = pos_slice.apply(self[("result", l, "attn")], dim=-3)  # [..., head_index, d_model]
             rows.append(result * self.model.residual_weight(2 * l, target))
             labels += [f"L{l}H{h}" for h in range(self.model.cfg.n_heads)]
-        stack = self._stack_rows(rows, pos_slice)
-        if incl_remainder:
-            stack = torch.cat([stack, (self._resid(layer, mlp_input, pos_slice) - stack.sum(0))[None]])
-            labels.append("remainder")
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, mlp_input=mlp_input)
+        stack = self._finish(rows, labels, layer, mlp_input, pos_slice, incl_remainder, apply_ln)
         return (stack, labels) if return_labels else stack
 
     def get_neuron_results(self, layer: int, neuron_slice=None, pos_slice=None,
@@ -355,12 +350,7 @@ class LensCache(ActivationCache):
         for l in range(layer):
             rows.append(self.get_neuron_results(l, neuron_slice, pos_slice) * self.model.residual_weight(2 * l + 1, target))
             labels += [f"L{l}N{i}" for i in ids]
-        stack = self._stack_rows(rows, pos_slice)
-        if incl_remainder:
-            stack = torch.cat([stack, (self._resid(layer, mlp_input, pos_slice) - stack.sum(0))[None]])
-            labels.append("remainder")
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, mlp_input=mlp_input)
+        stack = self._finish(rows, labels, layer, mlp_input, pos_slice, incl_remainder, apply_ln)
         if project_output_onto is not None:
             stack = stack @ project_output_onto.to(stack.dtype)
         return (stack, labels) if return_labels else stack
@@ -402,6 +392,18 @@ class LensCache(ActivationCache):
         n = self.model.cfg.n_layers
         name = ("resid_mid", layer) if mlp_input else ("resid_pre", layer) if layer < n else ("resid_post", n - 1)
         return pos_slice.apply(self[name], dim=-2)
+
+    def _finish(self, rows: list[torch.Tensor], labels: list[str], layer: int, mlp_input: bool, pos_slice: Slice,
+                incl_remainder: bool, apply_ln: bool) -> torch.Tensor:
+        """The stack of `rows`; with incl_remainder a last row (labelled) holding the rest of the residual stream
+        they decompose; with apply_ln divided by that stream's cached norm scale."""
+        stack = self._stack_rows(rows, pos_slice)
+        if incl_remainder:
+            stack = torch.cat([stack, (self._resid(layer, mlp_input, pos_slice) - stack.sum(0))[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, mlp_input=mlp_input)
+        return stack
 
     def _stack_rows(self, rows: list[torch.Tensor], pos_slice: Slice) -> torch.Tensor:
         """[..., row, d_model] blocks -> [row, ..., d_model]; an empty stack shaped like the embeddings."""

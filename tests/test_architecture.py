@@ -329,3 +329,22 @@ def test_every_rule_of_the_architecture_names_its_test_or_is_a_convention():
         for file, name in tests:
             tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
             assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, f"{rule}: {file}::{name}"
+
+
+LONG_ALLOWED = {("models/transformer.py", "forward")}  # the model's forward passes, read in one sitting
+
+
+def test_rooms_stay_small():
+    """No module over 600 lines (models/transformer.py, the whole model in one file, aside) and no function over
+    80 lines (the model's forward passes aside): files that do one job, functions that fit on a screen."""
+    files = [*(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")), ROOT / "app.py"]
+    big = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert set(big) <= {"models/transformer.py"}, big
+    long = []
+    for path in files:
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (rel, node.name) not in LONG_ALLOWED:
+                if node.end_lineno - node.lineno + 1 > 80:
+                    long.append(f"{rel}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
