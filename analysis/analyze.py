@@ -316,6 +316,7 @@ def analyze_checkpoint(
     options_json = options.to_dict()
     out_dir = Path(out_dir)
     ref = find_checkpoint(path)
+    _check_run_file(ref)
     digest = checkpoint_hash(ref.checkpoint)
     previous = _read_previous(out_dir)
     if (
@@ -324,7 +325,7 @@ def analyze_checkpoint(
         and previous.get("checkpoint_sha256") == digest
         and previous.get("analysis_version") == ANALYSIS_VERSION
         and previous.get("options") == options_json
-        and all((out_dir / f).is_file() for f in previous.get("tables", {}).values())
+        and _tables_sound(out_dir, previous.get("tables", {}))
     ):
         return "cached", previous
     if not _is_replaceable(out_dir):
@@ -380,6 +381,36 @@ def _inputs(model, task, options: AnalysisOptions) -> tuple[Any, str]:
         return inputs, f"first {inputs.shape[0]} rows of the {task.name} eval set, without a padding mask"
     inputs = random_tokens(model.cfg.d_vocab, options.n_seqs, model.cfg.n_ctx, options.seed)
     return inputs, f"{inputs.shape[0]} random sequences of {model.cfg.n_ctx} tokens"
+
+
+def _check_run_file(ref) -> None:
+    """CheckpointError (one line naming it) if the run's run.json is damaged: never analysed, nor called cached."""
+    from models.checkpoint import CheckpointError
+
+    try:
+        ref.run_info()
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{' '.join(str(e).split())}; the run is damaged: restore its run.json "
+                              "(or retrain the run) to analyse it") from None
+
+
+def _tables_sound(out_dir: Path, tables: Any) -> bool:
+    """Whether every table an earlier analysis lists is there and readable; a damaged one is warned about (one
+    line naming it) and makes the analysis be computed again."""
+    import warnings
+
+    from .runs import table_file_problem
+
+    if not isinstance(tables, dict):
+        return False
+    for name, file in tables.items():
+        if not (out_dir / str(file)).is_file():
+            return False
+        problem = table_file_problem(out_dir / str(file), str(name))
+        if problem is not None:
+            warnings.warn(problem.split(";")[0].replace("read as missing", "computing it again"), stacklevel=3)
+            return False
+    return True
 
 
 def _read_previous(out_dir: Path) -> dict | None:

@@ -7,11 +7,13 @@
 The layout of a run directory and of a runs folder, and how runs are found, belong to
 training.rundir; this module turns them into tables. A run's `group` is training.rundir.group_of its
 study. Nothing here trains or writes; a broken run becomes a row with status "corrupt" and an
-`error` message instead of an exception.
+`error` message instead of an exception, and a damaged analysis table reads as absent (with a warning naming
+it); `damaged_files` lists both, for the report and the explorer to show.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,19 @@ COLUMNS = [
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "precision", "error",
 ]
+
+
+# The columns each analysis table's readers use: a table without them is damaged (read as absent).
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "components": ("component", "layer", "share", "mean_accuracy", "mean_delta_accuracy", "resample_delta_accuracy",
+                   "mean_bits", "mean_bits_lost"),
+    "heads": ("layer", "head", "induction", "previous_token"),
+    "attention": ("layer", "head"),
+    "ablation": ("layer", "head"),
+    "patching": ("layer", "head"),
+    "memory": ("accuracy", "bits"),
+}
+DAMAGED_COLUMNS = ["run", "file", "problem"]  # damaged_files' table
 
 
 def task_label(task: str, params: dict[str, Any]) -> str:
@@ -97,9 +112,66 @@ def memory_summary(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def read_analysis_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
-    """One analysis table (heads, attention, signal, memory, ablation, in_context_loss), or None."""
-    path = Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name)
+    """One analysis table (heads, attention, signal, memory, ablation, in_context_loss), or None when absent or
+    damaged (unreadable, or without the columns its readers use: a one-line warning names it)."""
+    table, problem = _read_table(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name), name)
+    if problem is not None:
+        warnings.warn(problem, stacklevel=2)
+    return table
+
+
+def analysis_table_problem(run_dir: str | Path, name: str) -> str | None:
+    """Why a run's analysis table is damaged (one line naming the file and what to do), or None: absent or sound."""
+    return _read_table(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name), name)[1]
+
+
+def table_file_problem(path: str | Path, name: str) -> str | None:
+    """Why the analysis table file `path` (table `name`) is damaged (one line naming it), or None: absent or sound."""
+    return _read_table(Path(path), name)[1]
+
+
+def _read_table(path: Path, name: str) -> tuple[pd.DataFrame | None, str | None]:
+    """(the table, None) if it is sound, (None, None) if absent, (None, the problem) if damaged."""
+    if not path.is_file():
+        return None, None
+    fix = f"rerun `mixit analyze --force {path.parent.parent}` to rebuild it"
     try:
-        return pd.read_csv(path)
-    except (OSError, ValueError):
-        return None
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as e:  # pandas' parser and decode errors are ValueErrors
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return None, f"{path}: damaged analysis table, read as missing ({reason}); {fix}"
+    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in table.columns]
+    if missing:
+        return None, (f"{path}: damaged analysis table, read as missing (no column {', '.join(missing)}); {fix}")
+    return table, None
+
+
+def damaged_files(runs: pd.DataFrame) -> pd.DataFrame:
+    """The damaged files among `runs` (rows of load_runs), DAMAGED_COLUMNS: each corrupt run (its run.json or
+    summary.json, as its `error` says) and each unreadable analysis file of the others."""
+    rows = []
+    for run in runs.itertuples():
+        if not isinstance(run.path, str):
+            continue
+        if run.status == "corrupt":
+            error = str(run.error or "")
+            rows.append({"run": run.run, "file": error.split(": ", 1)[0] if ": " in error else run.path,
+                         "problem": error.split(": ", 1)[-1]})
+            continue
+        rows += [{"run": run.run, "file": file, "problem": problem} for file, problem in _damaged_analysis(run.path)]
+    return pd.DataFrame(rows, columns=DAMAGED_COLUMNS)
+
+
+def _damaged_analysis(run_dir: str) -> list[tuple[str, str]]:
+    """(file, problem) for each damaged file of a run's analysis/ folder: analysis.json and its tables."""
+    folder = Path(run_dir) / ANALYSIS_DIR
+    if not folder.is_dir():
+        return []
+    found = []
+    if (folder / ANALYSIS_FILE).is_file() and read_analysis(run_dir) is None:
+        found.append((str(folder / ANALYSIS_FILE), "unreadable; rerun `mixit analyze --force` on the run"))
+    for csv in sorted(folder.glob(ANALYSIS_TABLE.format("*"))):
+        problem = _read_table(csv, csv.stem)[1]
+        if problem is not None:
+            found.append((str(csv), problem.split(": ", 1)[1]))
+    return found

@@ -18,7 +18,7 @@ from analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoi
 from models.checkpoint import CheckpointError
 from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
 
-from .common import CLIError, input_errors, path_arg
+from .common import CLIError, check_output_dir, input_errors, path_arg
 
 DEFAULTS = AnalysisOptions()  # the one set of analysis defaults: the options below start here
 DEVICE = inspect.signature(analyze_checkpoint).parameters["device"].default  # "auto"
@@ -122,6 +122,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _options(args)
         _check_device(args.device)
         refs = [(path, find_checkpoint(path)) for path in args.checkpoints]
+        if args.out is not None:
+            check_output_dir("--out", args.out)
     if args.out is not None:
         names = [ref.name for _, ref in refs]
         dup = sorted({n for n in names if names.count(n) > 1})

@@ -9,21 +9,33 @@ ValueError (or a subclass: CheckpointError, SettingsChanged, TaskImportError, ..
   line on stderr, exit 2 (EXIT_USAGE). So is a CLIError a handler raises itself, and an OSError (permission,
   no space, a file where a directory belongs) anywhere;
 - raised once work has started, it is not caught: a traceback and exit 1, a bug to report, like any other
-  exception. A run that fails (TrainingDiverged; a sweep's or reproduction's failed runs or figures, which
-  they list) is exit 1 (EXIT_FAILED) with one line.
+  exception. A run that fails (TrainingDiverged; a sweep's or reproduction's failed runs, analyses or figures,
+  which they list; `mixit figures --only` that draws nothing) is exit 1 (EXIT_FAILED) with one line.
+
+An OSError that reaches `cli.main.main` (a full or read-only disk, no permission, a file where a folder belongs),
+before or after work started, is one line naming the path and the cause (`os_error_line`), exit 2: what was
+finished before it (checkpoints, analyses, figures) stays. Output folders are checked before work starts
+(`check_output_dir`).
+
+Signals: Ctrl-C (SIGINT) is exit 130 (EXIT_INTERRUPTED); SIGTERM to `mixit sweep` or `mixit reproduce`
+(`stop_on_sigterm`) is exit 143 (EXIT_TERMINATED). Either way every worker is stopped, finished work is kept, and
+one line says how to continue.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
+import threading
 from pathlib import Path
 from typing import Iterator
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # a run failed or diverged, a figure failed (one line); or a bug (a traceback)
-EXIT_USAGE = 2  # a bad option, value, file or preset: one line on stderr
-EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_FAILED = 1  # a run, analysis or figure failed, `figures --only` drew nothing (one line); a bug (a traceback)
+EXIT_USAGE = 2  # a bad option, value, file or preset; a path that cannot be written (full or read-only disk): one line
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): finished work is kept, the message says how to continue
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15) to `mixit sweep` or `mixit reproduce`: the same, its workers stopped
 
 # What library code raises for input it refuses; inside `input_errors`, the user's mistake (exit 2).
 INPUT_ERRORS: tuple[type[Exception], ...] = (ValueError, FileNotFoundError)
@@ -31,6 +43,29 @@ INPUT_ERRORS: tuple[type[Exception], ...] = (ValueError, FileNotFoundError)
 
 class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: the same cleanup runs (exit 143)."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Inside this block SIGTERM raises `Terminated` (once: a second one, during the cleanup, is ignored), so that a
+    command stops its workers and keeps finished work as on Ctrl-C; outside the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):  # the signature signal.signal expects
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -55,6 +90,37 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise CLIError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+def os_error_line(command: str, error: OSError) -> str:
+    """`mixit COMMAND: error: PATH: CAUSE` for an OSError (a full or read-only disk, no permission, ...): one line."""
+    if error.filename is None or error.strerror is None:
+        cause = " ".join(str(error).split()) or type(error).__name__
+        return f"mixit {command}: error: {cause}"
+    where = f"{error.filename} -> {error.filename2}" if error.filename2 is not None else f"{error.filename}"
+    return f"mixit {command}: error: {where}: {error.strerror}"
+
+
+def check_output_dir(option: str, path: Path) -> None:
+    """ValueError naming `option`, `path` and the cause unless `path` is a directory this process can write into,
+    or one it can create: not a file, nor below one, on a disk that takes a file (writable, not read-only). A
+    probe file is made and removed in the deepest directory that exists; nothing else is written."""
+    import errno
+    import os
+    import tempfile
+
+    existing = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), Path("."))
+    if not existing.is_dir():
+        where = "" if existing == path else f" (its parent {existing} is a file)"
+        raise ValueError(f"{option} {path} is not a directory{where}; give a directory, new or existing")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".mixit-write-check-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        cause = e.strerror or os.strerror(e.errno or errno.EIO)
+        target = "" if existing == path else f" (in {existing})"
+        raise ValueError(f"{option} {path} cannot be written{target}: {cause}") from None
 
 
 def path_arg(value: str) -> Path:

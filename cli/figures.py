@@ -8,11 +8,11 @@ or why it was skipped (the directory holds nothing for it).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
 
 from figures import FIGURE_NAMES
 
-from .common import CLIError, path_arg
+from .common import EXIT_FAILED, EXIT_OK, CLIError, check_output_dir, input_errors, path_arg
 
 
 def register(subparsers) -> None:
@@ -30,22 +30,22 @@ def register(subparsers) -> None:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from figures import draw_and_list
+    """Draw and list the figures; exit 1 if one failed or `--only` drew nothing, 2 if they could not be written."""
+    from figures import draw_and_show
+    from figures.common import default_out_dir
 
     if not args.runs_dir.is_dir():
         raise CLIError(f"mixit figures: error: RUNS_DIR {args.runs_dir} is not a directory")
-    if args.out is not None:
-        _check_out_dir(args.out)
-    return draw_and_list(args.runs_dir, args.out, args.only)
-
-
-def _check_out_dir(out: Path) -> None:
-    """--out must be a directory or a place one can be made: not an existing file, nor below one (otherwise
-    every figure would fail on its own with the same error)."""
-    for path in (out, *out.parents):
-        if path.exists():
-            if not path.is_dir():
-                where = "" if path == out else f" (its parent {path} is a file)"
-                raise CLIError(f"mixit figures: error: --out {out} is not a directory{where}; "
-                               "give a directory, new or existing")
-            return
+    with input_errors("figures"):  # before anything is drawn: every figure would fail the same way
+        check_output_dir("--out", args.out if args.out is not None else default_out_dir(args.runs_dir))
+    out, results, failures = draw_and_show(args.runs_dir, args.out, args.only)
+    if failures and all(isinstance(e, OSError) for _, e in failures):
+        raise failures[0][1]  # the folder cannot take files (full, read-only): one line naming the file, exit 2
+    if failures:
+        return EXIT_FAILED
+    if args.only and not any(isinstance(r, list) for r in results.values()):
+        why = "; ".join(f"{name}: {' '.join(str(reason).split())}" for name, reason in results.items())
+        print(f"mixit figures: error: nothing drawn into {out}, {args.runs_dir} has no data for --only "
+              f"{' '.join(args.only)} ({why})", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

@@ -32,8 +32,8 @@ from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingD
 
 from . import analyze, app, figures, reproduce
 from .common import (
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CLIError, OneLineParser, add_executor_options, executor_from_args,
-    input_errors, path_arg,
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, CLIError, Terminated, stop_on_sigterm, OneLineParser, add_executor_options, executor_from_args,
+    input_errors, os_error_line, path_arg,
 )
 
 DEFAULTS = TrainConfig()  # the one set of training defaults: every option below that sets a field starts here
@@ -151,6 +151,8 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or key not in defaults:
             raise CLIError(f"--model-option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(defaults))}")
+        if key in out:
+            raise CLIError(f"--model-option {pair!r}: {key} is already set ({key}={out[key]!r}); give each key once")
         parsed, default = load_yaml(value), defaults[key]
         number = (int, float)
         if (isinstance(default, bool) and not isinstance(parsed, bool)) or (
@@ -244,7 +246,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="another ModelConfig field, e.g. qk_init_std=0.044 or residual_scale=0.5 (repeatable)")
+                   help="another ModelConfig field, e.g. qk_init_std=0.044, or residual_scale=0.5 with --variant "
+                        "mixit or shaped (repeatable, each key once; a field that changes nothing in the model is refused)")
     p.add_argument("--freeze", metavar="PARTS", action="append",
                    help="also keep these at their init: comma-separated, from embed, pos, qk, q, k, v, o, mix, mlp, "
                         "norms (every norm, ln_final too), ln_final, unembed; PART@L for layer L only (norms@L: its "
@@ -292,6 +295,15 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
         action.help = f"{text} (default: {shown})" if text else f"default: {shown}"
 
 
+def _folder_of_runs(out: Path) -> str:
+    """What to do with a folder of runs (a sweep's or a reproduction's) given as one run's --out; "" if it is not one."""
+    runs = sorted(str(p.parent) for pattern in ("*/" + RUN_FILE, "*/*/" + RUN_FILE) for p in out.glob(pattern))
+    if not runs:
+        return ""
+    return (f"it is a folder of runs ({len(runs)}): give one of them as --out (e.g. --out {runs[0]}), rerun the sweep "
+            "or reproduction that made it to continue them all, or choose another --out")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _train_config(
         args, task=args.task, task_params=_task_params(args, args.task), variant=args.variant, seed=args.seed,
@@ -301,7 +313,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         # Validate the task, the model shape and the tracker before writing the run directory
         # (the token cache is where train() looks for it).
         task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
-        cfg.model_config(task)
+        cfg.model_config(task).check_fields_apply()  # a model option that changes nothing is refused, not recorded
         if args.eval_samples is not None and task.held_out_size is not None and args.eval_samples > task.held_out_size:
             raise ValueError(f"--eval-samples={args.eval_samples} is more than the {task.held_out_size} rows task "
                              f"{task.name!r} holds out here; allowed: 1..{task.held_out_size}")
@@ -309,13 +321,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         pick_device(cfg.device)  # a GPU asked for and not there is bad input too
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
-                       "drop --resume to start one")
+                       + (_folder_of_runs(args.out) or "drop --resume to start one"))
     if args.nproc != 1:
         return _launch_torchrun(args)
     try:  # what train() refuses before its first step: the run directory given is not one it may (re)start
         summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet, tracker=args.tracker)
     except (FileExistsError, SettingsChanged, RunLocked, CheckpointError) as e:
-        raise CLIError(f"mixit train: error: {e}") from None
+        folder = isinstance(e, FileExistsError) and not is_run_dir(args.out) and _folder_of_runs(args.out)
+        raise CLIError(f"mixit train: error: {args.out} is not a run; {folder}" if folder else f"mixit train: error: {e}") from None
     if Ranks.from_env().main:  # under torchrun, rank 0 speaks for the run
         print(
             f"{args.out}: {summary['status']} at step {summary['step']}, "
@@ -382,13 +395,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_tracker(args.tracker)
     executor = executor_from_args(args, args.workers)
     try:
-        summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)
-    except SettingsChanged as e:  # found before any run trains: a run directory trained with other settings
+        with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
+            summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)
+    except (SettingsChanged, RunLocked) as e:  # before any run trains: other settings, or another sweep in args.out
         raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")
                if c in summary]
     print(summary[columns].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     failed = (summary["status"] != "finished").sum()
+    for row in summary[summary["status"] != "finished"].to_dict("records") if "message" in summary else []:
+        if isinstance(row["message"], str) and row["message"]:  # why each run failed, one line each
+            print(f"{row['run']}: {row['status']}: {row['message'].strip().splitlines()[0]}")
     print(f"{len(summary)} runs ({failed} not finished); summary in {args.out / RUNS_SUMMARY}")
     return EXIT_FAILED if failed else EXIT_OK
 
@@ -418,10 +435,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     # A ValueError (or anything else) that reaches here was raised after work started: a bug, a traceback, exit 1.
     except OSError as e:  # permission, not a directory, no space, read-only file system: one line naming the path
-        print(f"mixit {args.command}: error: {e}", file=sys.stderr)
+        print(os_error_line(args.command, e), file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM inside stop_on_sigterm (Terminated)
         hint = ("rerun with --resume to continue from the last checkpoint" if args.command == "train" else
                 "rerun the same command to continue: finished work is kept")
-        print(f"mixit {args.command}: interrupted; {hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"mixit {args.command}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}; {hint}",
+              file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED

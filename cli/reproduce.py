@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-from .common import add_executor_options, executor_from_args, input_errors, path_arg
+from .common import (
+    EXIT_FAILED, EXIT_OK, add_executor_options, check_output_dir, executor_from_args, input_errors, path_arg,
+    stop_on_sigterm,
+)
 
 
 def register(subparsers) -> None:
@@ -58,15 +62,35 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         executor = executor_from_args(args, args.workers or os.cpu_count() or 1)
         check_tracker(args.tracker)
         out = args.out or Path("runs") / preset.name
+        report_dir = args.report_dir or Path("reports") / preset.name
+        figures_dir = args.figures_dir or Path("figures/out") / preset.name
+        for option, folder in (("--out", out), ("--report-dir", report_dir), ("--figures-dir", figures_dir)):
+            check_output_dir(option, folder)  # each output folder, before anything trains (--dry-run too)
         plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run)
     if args.dry_run:
         for run, cfg in plan.runs:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
         print(f"{len(plan.runs)} runs into {out}")
         return 0
-    manifest = reproduce(
-        preset, out, args.report_dir or Path("reports") / preset.name,
-        args.figures_dir or Path("figures/out") / preset.name,
-        workers=args.workers, executor=executor, tracker=args.tracker, progress=not args.quiet, plan=plan,
-    )
-    return 1 if manifest.get("failed_runs") or manifest.get("failed_figures") else 0
+    with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
+        manifest = reproduce(
+            preset, out, report_dir, figures_dir,
+            workers=args.workers, executor=executor, tracker=args.tracker, progress=not args.quiet, plan=plan,
+        )
+    return _exit_status(manifest)
+
+
+def _exit_status(manifest: dict) -> int:
+    """EXIT_FAILED, with one line naming what failed, if a run, an analysis or a figure failed; else EXIT_OK."""
+    failed = []
+    if manifest.get("failed_runs"):
+        failed.append(f"{manifest['failed_runs']} run(s) not finished")
+    if manifest.get("failed_analyses"):
+        failed.append(f"analysis of {', '.join(manifest['failed_analyses'])} failed")
+    if manifest.get("failed_figures"):
+        failed.append(f"figure(s) {', '.join(manifest['failed_figures'])} failed")
+    if not failed:
+        return EXIT_OK
+    print(f"mixit reproduce: error: {'; '.join(failed)} (the rest is kept; see above, rerun to retry)",
+          file=sys.stderr)
+    return EXIT_FAILED

@@ -75,7 +75,7 @@ def variant_name(variant: str | None) -> str:
 def run_caption(row: pd.Series) -> str:
     """A run in a picker: its name, variant, task, size and seed."""
     if row["status"] == "corrupt":
-        return f"{row['run']} (unreadable)"
+        return f"{row['run']} (damaged)"
     return f"{row['run']}  [{variant_name(row['variant'])}, {row['task_label']}, {row['size']}, seed {row['seed']}]"
 
 
@@ -114,13 +114,19 @@ def pick_run(runs: pd.DataFrame, key: str, label: str = "Run", need_checkpoint: 
     readable = [r for r, status in zip(pool["run"], pool["status"]) if status != "corrupt" and r not in first]
     options = first + readable + [r for r in pool["run"] if r not in first and r not in readable]
     current = st.session_state.get("current_run")
-    index = options.index(current) if current in options else 0
+    missing = isinstance(current, str) and current not in set(runs["run"])  # a link to a run that is not here
+    if missing:
+        st.warning(f"Run `{current}` (named by the link) is not in this runs folder: moved, deleted or misspelled. "
+                   "Choose a run below.")
+    index = options.index(current) if current in options else (None if missing else 0)
     captions = {row["run"]: run_caption(row) for _, row in runs.iterrows()}
     choice = st.selectbox(label, options, index=index, key=key, format_func=captions.get)
+    if choice is None:
+        return None
     st.session_state["current_run"] = choice
     row = runs[runs["run"] == choice].iloc[0]
     if row["status"] == "corrupt":
-        st.error(f"This run cannot be read: {row['error']}")
+        st.error(f"This run is damaged and cannot be read: {row['error']}")
         return None
     return row
 

@@ -108,22 +108,23 @@ def make_all(
     return results
 
 
-def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None) -> int:
+def draw_and_show(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None
+                  ) -> tuple[Path, dict[str, list[Path] | str], list[tuple[str, BaseException]]]:
     """Draw the figures (all, or `only`) of runs_dir into out (default: default_out_dir) and print one line
-    per figure: the files written, why it was skipped, or FAILED. Returns 1 if a figure failed, else 0.
+    per figure: the files written, why it was skipped, or FAILED. Returns (out, make_all's results, failures).
 
-    What `mixit figures` and `python -m figures` print; a failed figure's traceback goes to stderr.
-    """
+    A figure that failed to be written (an OSError: a full or read-only disk) is its one line, naming the file
+    and the cause; any other failure's traceback goes to stderr (a bug or a malformed file)."""
     import sys
     import traceback
 
     from .common import default_out_dir
 
     out = out if out is not None else default_out_dir(runs_dir)
-    failures: list = []
+    failures: list[tuple[str, BaseException]] = []
     try:
         results = make_all(runs_dir, out, only=only)
-    except FigureError as e:  # a bug or a malformed file: show the others, then each failure in full
+    except FigureError as e:  # show the others, then each failure
         results, failures = e.results, e.failures
     shown = {**results, **{name: None for name, _ in failures}}
     width = max(len(name) for name in shown)
@@ -132,18 +133,31 @@ def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] |
         if isinstance(result, list):
             line = ", ".join(str(p) for p in result)
         elif result is None:
-            error = dict(failures)[name]
-            line = f"FAILED: {type(error).__name__}: {error}"
+            line = f"FAILED: {_failure_line(dict(failures)[name])}"
         else:
             line = f"skipped: {result}"
         print(f"{name:<{width}}  {line}")
     drawn = sum(isinstance(r, list) for r in results.values())
     print(f"{drawn} of {len(shown)} figures written to {out}")
     for name, error in failures:
-        print(f"--- {name}:", file=sys.stderr)
-        traceback.print_exception(error, file=sys.stderr)
+        if not isinstance(error, OSError):
+            print(f"--- {name}:", file=sys.stderr)
+            traceback.print_exception(error, file=sys.stderr)
+    return out, results, failures
+
+
+def _failure_line(error: BaseException) -> str:
+    """A failed figure in one line: for an OSError the file and the cause, else the exception and its message."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"cannot write {error.filename}: {error.strerror}"
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None) -> int:
+    """draw_and_show, then 1 if a figure failed, else 0 (what `python -m figures` exits with)."""
+    _, _, failures = draw_and_show(runs_dir, out, only)
     return 1 if failures else 0
 
 
-__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "Runs", "draw_and_list", "figures_for_group",
-           "make_all"]
+__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "Runs", "draw_and_list", "draw_and_show",
+           "figures_for_group", "make_all"]

@@ -50,11 +50,24 @@ class Runs:
             if not self.folder.is_dir():
                 raise NoData(f"{self.folder} is not a directory")
             self._table = load_runs(self.folder)
+            _note_damaged(self._table)
         return self._table
 
     def __repr__(self) -> str:
         loaded = "not loaded" if self._table is None else f"{len(self._table)} runs"
         return f"Runs({str(self.folder)!r}, {loaded})"
+
+
+def _note_damaged(table: pd.DataFrame) -> None:
+    """One warning line naming the damaged runs (a run.json or summary.json that cannot be read) that every figure
+    leaves out; nothing when there are none."""
+    import warnings
+
+    bad = table[table["status"] == "corrupt"]
+    if len(bad):
+        named = "; ".join(f"{r.run} ({str(r.error).split(': ', 1)[0]})" for r in bad.itertuples())
+        warnings.warn(f"{len(bad)} damaged run(s) left out of the figures: {named}; restore or remove them",
+                      stacklevel=3)
 
 
 def as_runs(runs: Runs | str | Path) -> Runs:

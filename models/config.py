@@ -12,7 +12,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 AttentionKind = Literal["softmax", "shaped", "mixing", "learned"]
 ATTENTION_KINDS = ("softmax", "shaped", "mixing", "learned")
@@ -125,6 +125,29 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "width_scaled_temperature": False,
     "pooling": "mean",
 }
+
+
+# Fields that change only some models: field -> whether a model (variant spec, its layers' attention kinds) uses it.
+# Set on a model that does not, a field would be recorded and do nothing: commands refuse it (unused_fields).
+FIELD_USE: dict[str, Callable[[VariantSpec, set[str]], bool]] = {
+    "residual_scale": lambda spec, kinds: spec.shaped,
+    "base_width": lambda spec, kinds: spec.shaped or "shaped" in kinds,
+    "base_width_down": lambda spec, kinds: spec.shaped,
+    "scaled_readout": lambda spec, kinds: spec.shaped,
+    "tau0": lambda spec, kinds: "shaped" in kinds,
+    "width_scaled_temperature": lambda spec, kinds: "shaped" in kinds,
+    "sink_head": lambda spec, kinds: bool(kinds & {"mixing", "learned"}),
+    "qk_init_std": lambda spec, kinds: bool(kinds & {"softmax", "shaped"}),
+    "rope_base": lambda spec, kinds: spec.positions == "rotary" and bool(kinds & {"softmax", "shaped"}),
+}
+
+
+def field_users(name: str) -> str:
+    """Which models field `name` of FIELD_USE changes: 'variants mixit, shaped' plus the attention kinds that use it."""
+    variants = [v for v, spec in VARIANTS.items() if FIELD_USE[name](spec, {spec.attention})]
+    kinds = [k for k in ATTENTION_KINDS if FIELD_USE[name](VARIANTS["standard"], {k})]
+    where = f"variant{'s' * (len(variants) > 1)} {', '.join(variants)}"
+    return where + (f" and layers with attention {' or '.join(kinds)} (--attention)" if kinds else "")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -338,10 +361,11 @@ class ModelConfig:
             f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}",
         )
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"seed={self.seed!r} must be an integer")
-        for name in ("init_std", "qk_init_std", "rope_base", "norm_eps", "residual_scale", "tau0"):
+        for name in ("init_std", "qk_init_std", "rope_base", "norm_eps", "residual_scale", "tau0", "depth_alpha"):
             value = getattr(self, name)
-            _check(value is None and name == "qk_init_std" or isinstance(value, (int, float)) and not isinstance(value, bool),
-                   f"{name}={value!r} must be a number")
+            _check(value is None and name == "qk_init_std" or isinstance(value, (int, float))
+                   and not isinstance(value, bool) and math.isfinite(value), f"{name}={value!r} must be a finite number")
+        _check(isinstance(self.extra, dict), f"extra={self.extra!r} must be a mapping of metadata (e.g. {{note: text}})")
         _check(self.init_std > 0, f"init_std={self.init_std!r} must be > 0")
         _check(self.qk_init_std is None or self.qk_init_std > 0, f"qk_init_std={self.qk_init_std!r} must be > 0 or None")
         _check(self.rope_base > 0, f"rope_base={self.rope_base!r} must be > 0")
@@ -472,6 +496,25 @@ class ModelConfig:
                f"freeze={','.join(self.freeze)} leaves nothing left to train in variant {self.variant}; "
                f"freeze fewer components")
 
+    def unused_fields(self) -> dict[str, str]:
+        """The fields set away from their default that change nothing in this model, each with the models it
+        would change (field_users; pooling: classifiers, base_layers: depth_alpha != 0)."""
+        kinds = {self.layer_attention(i) for i in range(self.n_layers)}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        unused = {name: field_users(name) for name, uses in FIELD_USE.items() if not uses(self.spec, kinds)}
+        unused.update({"residual_scale": "models with depth_alpha=0 (depth_alpha sets the residual scales)"}
+                      if self.depth_alpha != 0 else {"base_layers": "models with depth_alpha != 0"})
+        if self.n_classes is None:
+            unused["pooling"] = "classifiers (a task with n_classes, such as sentiment)"
+        return {name: users for name, users in unused.items() if getattr(self, name) != defaults[name]}
+
+    def check_fields_apply(self) -> None:
+        """Refuse a field set away from its default that changes nothing in this model (unused_fields)."""
+        for name, users in self.unused_fields().items():
+            attention = f", attention {','.join(self.attention)}" if self.attention else ""
+            raise ValueError(f"{name}={getattr(self, name)!r} has no effect on variant {self.variant}{attention}; "
+                             f"it applies to {users}")
+
     @property
     def is_grid(self) -> bool:
         """Whether the grid changes the named variant (a `freeze` or `attention` entry)."""
@@ -519,3 +562,39 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         _check(not unknown, f"unknown model config keys {unknown}; allowed: {sorted(known)}")
         return cls(**data)
+
+
+
+SET_BY_RUN = ("variant", "d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "seed")  # set by TrainConfig and the task
+
+
+def check_model_extra(extra: Any) -> None:
+    """A `model_extra` block: a mapping of ModelConfig fields that neither the run nor its task sets (SET_BY_RUN)."""
+    allowed = sorted(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_RUN)
+    _check(isinstance(extra, dict), f"model_extra={extra!r} must be a mapping; allowed keys: {', '.join(allowed)}")
+    unknown = sorted(set(extra) - set(allowed))
+    _check(not unknown, f"model_extra has unknown keys {unknown}; allowed: {', '.join(allowed)}")
+
+
+def grid_extra(extra: Any, grid: dict[str, Any]) -> dict[str, Any]:
+    """A grid run's model_extra (checked): a variant entry's settings on top of the grid's; its freeze entries add to
+    the grid's, as repeated --freeze do."""
+    check_model_extra(extra)
+    merged = {**extra, **grid}
+    if extra.get("freeze") and grid.get("freeze"):
+        merged["freeze"] = list(dict.fromkeys([*_entries("freeze", extra["freeze"]), *_entries("freeze", grid["freeze"])]))
+    return merged
+
+
+def check_grid_models(runs: list[tuple[str, ModelConfig]], fields_used: bool = True,
+                      unused: list[dict[str, tuple[Any, str]]] | None = None) -> None:
+    """Refuse a grid's duplicate run names (naming them) and (fields_used) a field set that changes none of its models
+    (`unused`: per run, each such field's value and users, as set before the grid dropped it from the run's config)."""
+    names = [name for name, _ in runs]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    _check(not repeated, f"grid has duplicate runs: {', '.join(repeated[:3])}{' ...' * (len(repeated) > 3)}; give "
+           "each variant (freeze entries in canonical form: 'v,v' is 'v'), task, size, seed and lr once")
+    unused = unused or [{k: (getattr(m, k), users) for k, users in m.unused_fields().items()} for _, m in runs]
+    for name in (unused[0] if fields_used and runs and all(unused) else {}):
+        _check(not all(name in u for u in unused), f"model_extra {name}={unused[0][name][0]!r} has no effect on any "
+               f"model of this grid ({'; '.join(sorted({m.label for _, m in runs}))}); it applies to {unused[0][name][1]}")

@@ -37,9 +37,17 @@ def write_safetensors(tensors: dict[str, Any], path: str | Path, metadata: dict[
     """Write `tensors` as a safetensors file with the mode `open()` would give it: safetensors' own writer
     makes its files 0600 whatever the umask (checkpoints another account on a shared file system cannot read).
     Written in place: call it inside an `atomic_directory`, as checkpoints are."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    save_file(tensors, str(path), metadata=metadata)
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:  # its I/O errors are not OSErrors and name no file: a full disk, say
+        found = re.search(r"os error (\d+)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from e
     _usual_mode(Path(path), directory=False)
 
 
@@ -48,7 +56,8 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     """Yield a file handle whose contents replace `path` in one rename when the block ends without error.
 
     No fsync: a reader never sees a half-written file, which is the promise; files written inside an
-    `atomic_directory` are synced once, with the whole tree, before it is swapped in."""
+    `atomic_directory` are synced once, with the whole tree, before it is swapped in. An OSError that names no
+    file (a write to a full disk) is raised again naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
@@ -57,6 +66,11 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
         os.replace(tmp, path)
+    except OSError as e:  # a write or close names no file (a full disk): name the one being written
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -94,7 +108,8 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     The directory is built as `.NAME.tmp-*`, renamed to `.NAME.new-*` once complete and synced, and then
     swapped in (the previous `path` moves to `.NAME.old-*/NAME` first and is deleted last). A kill at any
     point leaves either `path` or a complete copy that `recover_directory` puts back. On an error the
-    temporary directory is removed and any existing `path` is left untouched.
+    temporary directory is removed and any existing `path` is left untouched; an OSError that names no file
+    (a write to a full disk) is raised again naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,6 +128,11 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(new, path)
+    except OSError as e:  # a write that names no file (a full disk): name the directory being written
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

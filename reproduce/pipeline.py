@@ -258,12 +258,13 @@ def train_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[s
 
 
 def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,
-                   log: Callable[[str], None]) -> dict[str, int]:
+                   log: Callable[[str], None]) -> list[str]:
     """`mixit analyze` every finished run of `trained` (the training stage's rows; cached by checkpoint hash, so
-    reruns cost a hash each)."""
+    reruns cost a hash each); returns the runs whose analysis failed (each logged with its reason)."""
     finished = trained[trained["status"] == "finished"]["run"] if len(trained) else []
     jobs = [(n, str(out / n), options) for n in finished]
     counts = {"computed": 0, "cached": 0, "error": 0}
+    failed: list[str] = []
     bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
     try:
         lost = lambda job, error: {"run": job[0], "status": "error", "message": str(error)}  # noqa: E731
@@ -271,11 +272,12 @@ def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, w
             counts[row["status"]] += 1
             if row["status"] == "error":
                 log(f"  analysis of {row['run']} failed: {row['message']}")
+                failed.append(row["run"])
             bar.update(1)
     finally:
         bar.close()
     log(f"analyze: {counts['computed']} computed, {counts['cached']} cached, {counts['error']} failed")
-    return counts
+    return failed
 
 
 def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.DataFrame]) -> tuple[pd.DataFrame, bool]:
@@ -482,7 +484,7 @@ def reproduce(
         return result
 
     trained = stage("train", lambda: train_stage(plan, executor, progress, log, tracker))
-    stage("analyze", lambda: analysis_stage(trained, out, options, workers, progress, log))
+    failed_analyses = stage("analyze", lambda: analysis_stage(trained, out, options, workers, progress, log))
     if "signal" not in preset.skip:
         stage("signal", lambda: signal_stage(preset.signal, out, log))
     if "speed" not in preset.skip:
@@ -497,7 +499,8 @@ def reproduce(
     inputs["report"] = hashlib.sha256(json.dumps(
         [inputs["figures"], made, failed, str(report_dir.resolve())], sort_keys=True).encode()).hexdigest()
     failed_runs = int((trained["status"] != "finished").sum()) if len(trained) else 0
-    manifest.update(status="finished", failed_runs=failed_runs, failed_figures=failed, figures_made=made,
+    manifest.update(status="finished", failed_runs=failed_runs, failed_analyses=sorted(failed_analyses),
+                    failed_figures=failed, figures_made=made,
                     wall_s=round(time.time() - started, 1))
     findings = stage("report", lambda: report_stage(out, report_dir, figures_dir, runs, manifest, previous,
                                                     inputs["report"], log))

@@ -53,6 +53,7 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
 def _check_train(where: str, train: Any) -> None:
     """A `train:` block holds TrainConfig fields with values TrainConfig accepts (checked when the preset loads,
     not after training)."""
+    from models.config import check_model_extra
     from training.trainer import TrainConfig
 
     if not isinstance(train or {}, dict):
@@ -63,6 +64,7 @@ def _check_train(where: str, train: Any) -> None:
         raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
     try:
         TrainConfig.from_dict(dict(train or {}))
+        check_model_extra((train or {}).get("model_extra", {}))
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}: {e}") from None
 

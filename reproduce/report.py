@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import load_runs
+from analysis.runs import damaged_files, load_runs
 from models.files import atomic_file, write_json, write_text
 from training.rundir import REPORT_FILE
 
@@ -138,7 +138,8 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     for name, df in {**tables, **scale, "findings": flat}.items():
         with atomic_file(report_dir / REPORT_TABLE.format(name)) as fh:
             df.to_csv(fh, index=False)
-    lines = [*_header(runs_dir, runs, manifest), *_findings_section(findings, tables, scale)]
+    lines = [*_header(runs_dir, runs, manifest), *_damaged_section(runs_dir, runs),
+             *_findings_section(findings, tables, scale)]
     for name, df in tables.items():
         title, caption = TITLES[name]
         lines += [f"## {title}", "", caption, ""]
@@ -168,6 +169,21 @@ def _header(runs_dir: Path, runs: pd.DataFrame, manifest: dict[str, Any]) -> lis
     for info in (manifest.get("text") or {}).values():
         lines.append(f"- **{'Skipped' if info.get('skipped') else 'Text'}**: {info['note']}")
     return lines
+
+
+def _damaged_section(runs_dir: Path, runs: pd.DataFrame) -> list[str]:
+    """"## Damaged runs": each damaged file (a corrupt run left out of every table, an unreadable analysis table
+    read as missing) with what is wrong ([] when there is none)."""
+    damaged = damaged_files(runs)
+    if damaged.empty:
+        return []
+    lines = ["## Damaged runs", "",
+             f"{damaged['run'].nunique()} run(s) have damaged files: a damaged run.json or summary.json leaves the run "
+             "out of every table, a damaged analysis table reads as missing.", ""]
+    for r in damaged.itertuples():
+        shown = os.path.relpath(r.file, runs_dir) if os.path.isabs(r.file) == runs_dir.is_absolute() else r.file
+        lines.append(f"- `{r.run}`: **damaged** `{Path(shown).as_posix()}` ({r.problem})")
+    return [*lines, ""]
 
 
 def _findings_section(findings: list[dict[str, Any]], tables: dict[str, pd.DataFrame],

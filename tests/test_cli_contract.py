@@ -141,6 +141,29 @@ CASES = [
     ("a preset key", ["reproduce", "--preset", "{tmp}/badkey.yaml", "--dry-run"], "unknown keys ['bogus']"),
     ("a preset study's train key", ["reproduce", "--preset", "{tmp}/badtrain.yaml", "--dry-run"], "'bogus'"),
     ("analyze on a misspelled device", ["analyze", "{tmp}/ckpt", "--device", "bogus"], "--device='bogus'"),
+    # Model options that would change nothing are refused, not recorded (models.config.FIELD_USE)
+    ("residual scale on standard", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option",
+                                    "residual_scale=0.5"], "residual_scale=0.5 has no effect on variant standard"),
+    ("tau0 on standard", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "tau0=3"],
+     "tau0=3 has no effect"),
+    ("sink head on standard", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "sink_head=false"],
+     "sink_head=False has no effect on variant standard; it applies to variant mixit"),
+    ("qk init std on mixit", ["train", "--task", "addition", "--variant", "mixit", "--out", "{tmp}/r",
+                              "--model-option", "qk_init_std=0.1"], "qk_init_std=0.1 has no effect on variant mixit"),
+    ("a model option twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "init_std=0.1",
+                              "--model-option", "init_std=0.2"], "init_std is already set"),
+    ("extra that is not a mapping", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "extra=5"],
+     "extra=5 must be a mapping"),
+    ("an infinite init std", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "init_std=1e400"],
+     "init_std=inf must be a finite number"),
+    ("a sweep file's unknown model_extra key", ["sweep", "{tmp}/badextra.yaml", "--dry-run"],
+     "badextra.yaml: model_extra has unknown keys ['qk_std']; allowed: "),
+    ("a preset's unknown model_extra key", ["reproduce", "--preset", "{tmp}/badextra_study.yaml", "--dry-run"],
+     "badextra_study.yaml: study 'a': train: model_extra has unknown keys ['qk_std']"),
+    ("a sweep's model_extra no model uses", ["sweep", "{tmp}/unused.yaml", "--dry-run"],
+     "model_extra residual_scale=0.5 has no effect on any model of this grid"),
+    ("a sweep's duplicate runs", ["sweep", "{tmp}/dup.yaml", "--dry-run"],
+     "grid has duplicate runs: addition__standard+freeze-v__"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
@@ -161,6 +184,12 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "noseeds.yaml").write_text("tasks: [addition]\nseeds: []\n")
     (tmp_path / "badkey.yaml").write_text("bogus: 1\nstudies:\n  a: {tasks: [addition]}\n")
     (tmp_path / "badtrain.yaml").write_text("studies:\n  a: {tasks: [addition], train: {bogus: 1}}\n")
+    (tmp_path / "badextra.yaml").write_text("tasks: [addition]\ntrain: {model_extra: {qk_std: 0.1}}\n")
+    (tmp_path / "badextra_study.yaml").write_text("studies:\n  a: {tasks: [addition], train: {model_extra: {qk_std: 0.1}}}\n")
+    (tmp_path / "unused.yaml").write_text("variants: [standard]\ntasks: [addition]\n"
+                                          "train: {model_extra: {residual_scale: 0.5}}\n")
+    (tmp_path / "dup.yaml").write_text("variants: [{standard: {freeze: 'v,v'}}, {standard: {freeze: v}}]\n"
+                                       "tasks: [addition]\n")
     if "{tmp}/ckpt" in argv:  # a bare checkpoint to analyse
         from models import ModelConfig, build_model
 

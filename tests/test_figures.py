@@ -221,8 +221,10 @@ def test_cli_writes_to_out_and_prints_one_line_per_figure(runs_dir, tmp_path, ca
 
 def test_cli_reports_skips_and_a_missing_directory_in_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert main(["figures", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "--only", "speed"]) == 0
-    assert "skipped: no speed/speed.csv" in capsys.readouterr().out
+    # --only that draws nothing is not a success (exit 1, one line saying why): tests/test_write_failures.py
+    assert main(["figures", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "--only", "speed"]) == 1
+    captured = capsys.readouterr()
+    assert "skipped: no speed/speed.csv" in captured.out and captured.err.count("\n") == 1
     assert main(["figures", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing" in err and "not a directory" in err

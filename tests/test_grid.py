@@ -208,8 +208,8 @@ def test_sweep_variant_entries_expand_to_grid_runs(tmp_path):
     names = [name for name, _ in runs]
     assert [n.split("__")[1] for n in names] == ["mixit", "mixit+attn-mixing-softmax", "standard+freeze-v-o"]
     extras = [cfg.model_extra for _, cfg in runs]
-    assert extras[0] == {"qk_init_std": 0.1}
-    assert extras[1] == {"qk_init_std": 0.1, "attention": ["mixing", "softmax"]}
+    assert extras[0] == {}  # mixit has no W_Q, W_K: a shared setting its model does not use is not recorded
+    assert extras[1] == {"qk_init_std": 0.1, "attention": ["mixing", "softmax"]}  # its softmax layer uses it
     assert runs[2][1].model_config().freeze == ["v", "o"]
     with pytest.raises(ValueError, match="unknown grid keys"):
         variant_entry({"mixit": {"layers": 2}})

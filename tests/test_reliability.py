@@ -60,7 +60,8 @@ def test_a_sweep_leaves_a_run_that_another_process_writes(tmp_path):
 
 @pytest.mark.slow
 def test_two_concurrent_sweeps_train_each_run_once(tmp_path):
-    """Two `mixit sweep` processes into one folder: every run is trained by one of them, its metrics in order."""
+    """Two `mixit sweep` processes into one folder: one trains every run, its metrics in order; the other is
+    refused (exit 2, one line naming the folder's holder), or finds every run finished if it started after."""
     argv = [sys.executable, "-m", "cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
             "mixit", "--seeds", "0", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "60",
             "--batch-size", "16", "--eval-every", "20", "--eval-samples", "64", "--out", str(tmp_path)]
@@ -68,7 +69,9 @@ def test_two_concurrent_sweeps_train_each_run_once(tmp_path):
     procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode in (0, 1) for p in procs), outputs  # 1: some runs were left to the other sweep
+    codes = sorted(p.returncode for p in procs)
+    assert codes in ([0, 0], [0, 2]), outputs
+    assert all("PID" in err and err.count("\n") == 1 for p, (_, err) in zip(procs, outputs) if p.returncode == 2)
     runs = [d for d in tmp_path.iterdir() if (d / "run.json").is_file()]
     assert len(runs) == 4
     for run in runs:

@@ -817,6 +817,7 @@ def smoke(tmp_path_factory, generated_corpora):
     if killed:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    time.sleep(2)  # the workers lead their own process groups and end themselves within 0.5 s of their parent
     finished_before = len(list((tmp / "runs").glob("*/*/summary.json")))
     done = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=900)
     return tmp, done, killed, finished_before, cmd

@@ -160,9 +160,23 @@ STARTED_ONLY = (LOCK_FILE, RUN_FILE, METRICS_FILE)
 
 def is_empty_run_dir(path: str | Path) -> bool:
     """Whether `path` is missing or holds no run worth keeping: nothing but a lock file, or what a start that
-    failed before its first checkpoint leaves (run.json, metrics), with no checkpoint and no summary."""
+    failed before its first checkpoint leaves (run.json, metrics, the summary of a divergence), no checkpoint."""
     path = Path(path)
-    return not path.exists() or all(p.name in STARTED_ONLY for p in path.iterdir())
+    if not path.exists():
+        return True
+    names = {p.name for p in path.iterdir()}
+    if names <= set(STARTED_ONLY):
+        return True
+    # A start that diverged before its first checkpoint (init_std=1e30) also leaves its summary: nothing to keep.
+    return names <= {*STARTED_ONLY, SUMMARY_FILE} and _summary_status(path) not in ("finished", None)
+
+
+def _summary_status(run_dir: Path) -> str | None:
+    """summary.json's status, or None when it cannot be read (then the folder is not taken as empty)."""
+    try:
+        return read_json(run_dir / SUMMARY_FILE).get("status")
+    except (OSError, ValueError):
+        return None
 
 
 def group_of(study: str) -> str:

@@ -20,13 +20,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing as mp
-import multiprocessing.connection
 import os
 import re
-import signal
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -36,10 +32,12 @@ import yaml
 from tqdm.auto import tqdm
 
 from models import VARIANTS, ModelConfig
-from models.config import grid_name
+from models.config import check_grid_models, grid_extra, grid_name
 from models.files import as_list, load_yaml
 
-from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, write_runs_table, write_text
+from .pool import WorkerDied, _set_threads, one_line_warnings, pool_map, threads_per_worker  # noqa: F401 (re-exported)
+from .rundir import (RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table,
+                     write_text)
 from .tasks import TASKS
 from .trainer import TrainConfig, check_same_settings, train
 
@@ -127,7 +125,7 @@ def expand_grid(
     """The cross product as (run name, TrainConfig), validating every value up front (text tasks are
     built once, their tokens cached in `cache_dir`)."""
     return [(name, cfg) for name, cfg, _ in expand_grid_models(variants, tasks, sizes, seeds, lrs, train_fields,
-                                                                cache_dir)]
+                                                                cache_dir, fields_used=True)]
 
 
 def expand_grid_models(
@@ -138,9 +136,11 @@ def expand_grid_models(
     lrs: Sequence[float],
     train_fields: dict[str, Any],
     cache_dir: Path | None = None,
+    fields_used: bool = False,
 ) -> list[tuple[str, TrainConfig, ModelConfig]]:
     """expand_grid, with each run's ModelConfig: resolved once (building the task), so that a caller that needs
-    the model's size (a cost estimate) does not build the task again."""
+    the model's size (a cost estimate) does not build the task again. `fields_used`: refuse a model_extra field that
+    no model of the grid uses (a sweep's; a preset's train block is shared by studies, some of which use it)."""
     allowed = {"variants": f"'all' or some of: {', '.join(VARIANTS)}", "tasks": f"some of: {', '.join(TASKS)}",
                "sizes": "{d_model, n_layers, n_heads} mappings", "seeds": "integers", "lrs": "numbers"}
     for axis, values in zip(allowed, (variants, tasks, sizes, seeds, lrs)):
@@ -149,16 +149,21 @@ def expand_grid_models(
     variants = list(VARIANTS) if list(variants) == ["all"] else list(variants)
     entries = [variant_entry(v) for v in variants]
     runs: list[tuple[str, TrainConfig, ModelConfig]] = []
+    unused: list[dict[str, tuple[Any, str]]] = []  # per run: the fields set that its model does not use
     for (task, params), size, (variant, grid), lr, seed in itertools.product(tasks, sizes, entries, lrs, seeds):
         fields = {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
-        if grid:
-            fields["model_extra"] = {**train_fields.get("model_extra", {}), **grid}
+        fields["model_extra"] = grid_extra(train_fields.get("model_extra", {}), grid)
         cfg = TrainConfig.from_dict(fields)
         model = cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
+        unused.append({k: (getattr(model, k), users) for k, users in model.unused_fields().items()})
+        if set(unused[-1]) & set(fields["model_extra"]):
+            # A shared setting this model does not use (residual_scale on standard) is not recorded: the run's config
+            # is then what `mixit train` with only the fields that apply gives, one model one config.
+            fields["model_extra"] = {k: v for k, v in fields["model_extra"].items() if k not in unused[-1]}
+            cfg = TrainConfig.from_dict(fields)
+            model = cfg.model_config(cache_dir=cache_dir)
         runs.append((run_name(cfg), cfg, model))
-    names = [n for n, _, _ in runs]
-    if len(set(names)) != len(names):
-        raise ValueError("grid has duplicate runs")
+    check_grid_models([(name, model) for name, _, model in runs], fields_used, unused)  # duplicates, unused fields
     return runs
 
 
@@ -257,146 +262,6 @@ def train_one(job: TrainJob) -> dict[str, Any]:
         summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
     summary.setdefault("elapsed_s", time.perf_counter() - start)
     return {"run": job.name, **summary}
-
-
-def one_line_warnings() -> None:
-    """Print warnings as 'warning: MESSAGE (Category)', one line a user can act on, instead of Python's
-    default, which adds the file, line number and a line of the library's source. Only the format changes:
-    whoever records warnings (warnings.catch_warnings, pytest.warns) still gets them."""
-    def one_line(message, category, filename, lineno, line=None):  # the signature warnings expects
-        return f"warning: {message} ({category.__name__})\n"
-
-    warnings.formatwarning = one_line
-
-
-def _set_threads(threads: int) -> None:
-    """A worker's setup: its torch threads, and warnings on one line as in the command that started it."""
-    import torch
-
-    torch.set_num_threads(threads)
-    one_line_warnings()
-
-
-def threads_per_worker(workers: int) -> int:
-    """Torch threads for each of `workers` processes sharing this machine's cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
-class WorkerDied(RuntimeError):
-    """A pool worker process ended (a signal such as the OOM killer's SIGKILL, or an exit) while running a job."""
-
-
-def _worker(fn: Callable[[Any], Any], threads: int, conn: Any) -> None:
-    """A pool worker: run the jobs sent on `conn` one at a time and send back (index, ("ok"|"error", value))."""
-    _set_threads(threads)
-    while True:
-        try:
-            item = conn.recv()
-        except (EOFError, OSError):
-            return
-        if item is None:
-            return
-        index, job = item
-        try:
-            result = ("ok", fn(job))
-        except Exception as e:  # fn's own error: raised again in the parent, as multiprocessing.Pool does
-            result = ("error", e)
-        try:
-            conn.send((index, result))
-        except Exception as e:  # a result or error that does not pickle
-            conn.send((index, ("error", RuntimeError(f"{type(e).__name__}: {e}"))))
-
-
-def _death(process: Any) -> WorkerDied:
-    process.join(timeout=5)
-    code = process.exitcode
-    if code is not None and code < 0:
-        try:
-            how = f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"killed by signal {-code}"
-        if -code == signal.SIGKILL:
-            how += " (out of memory?)"
-    else:
-        how = f"exited with code {code}"
-    return WorkerDied(f"worker process {how}")
-
-
-def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
-             failed: Callable[[Any, Exception], Any] | None = None) -> Iterator[Any]:
-    """fn over jobs on `workers` spawned processes, results in completion order (inline for one).
-
-    The one process pool of the project: sweeps, reproduction and its analysis stage run on it. A worker
-    that dies while running a job (SIGKILL from the OOM killer, say) gives `failed(job, WorkerDied)` for
-    that job (raised when `failed` is None) and is replaced, so the other jobs still run; an exception
-    raised by fn is raised here. Leaving the iterator early (Ctrl-C, an error) stops the workers.
-    """
-    threads = threads_per_worker(workers)
-    if workers <= 1 or len(jobs) <= 1:
-        _set_threads(threads)
-        yield from map(fn, jobs)
-        return
-    ctx = mp.get_context("spawn")
-    todo = list(enumerate(jobs))[::-1]  # popped from the end: jobs start in the order given
-    procs: dict[Any, Any] = {}  # the parent's end of each worker's pipe -> its process
-    running: dict[Any, int] = {}  # pipe -> index of the job it runs
-
-    def start() -> Any:
-        mine, theirs = ctx.Pipe()
-        process = ctx.Process(target=_worker, args=(fn, threads, theirs), daemon=True)
-        process.start()
-        theirs.close()
-        procs[mine] = process
-        return mine
-
-    idle = [start() for _ in range(min(workers, len(jobs)))]
-    try:
-        while todo or running:
-            while idle and todo:
-                conn = idle.pop()
-                index, job = todo.pop()
-                try:
-                    conn.send((index, job))
-                except OSError:  # it died while idle: replace it, the job waits for the next one
-                    procs.pop(conn).join(timeout=5)
-                    conn.close()
-                    todo.append((index, job))
-                    idle.append(start())
-                    continue
-                running[conn] = index
-            ready = mp.connection.wait([*running, *(procs[c].sentinel for c in running)])
-            for conn in list(running):
-                if conn not in ready and procs[conn].sentinel not in ready:
-                    continue
-                try:
-                    _, (kind, value) = conn.recv()
-                except (EOFError, OSError):  # the worker died with this job
-                    index = running.pop(conn)
-                    error = _death(procs.pop(conn))
-                    conn.close()
-                    if todo:
-                        idle.append(start())
-                    if failed is None:
-                        raise error from None
-                    yield failed(jobs[index], error)
-                    continue
-                running.pop(conn)
-                idle.append(conn)
-                if kind == "error":
-                    raise value
-                yield value
-    finally:
-        for conn, process in procs.items():
-            try:
-                conn.send(None)
-            except OSError:
-                pass
-            conn.close()
-        for process in procs.values():
-            process.join(timeout=1)
-            if process.is_alive():
-                process.terminate()
-                process.join()
 
 
 EXECUTORS = ("pool", "ray")
@@ -523,26 +388,29 @@ def run_sweep(runs: list[Run], out: str | Path, workers: int | Executor = 1, pro
     summary.csv.
 
     SettingsChanged (before anything trains) if a run directory holds a run with other settings; a run
-    that another process is writing is left to it (status "running elsewhere").
+    that another process is writing is left to it (status "running elsewhere"); RunLocked, naming the other
+    process, if another sweep is running in `out` (nothing is written then).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / SWEEP_FILE, json.dumps([{"run": n, **c.to_dict()} for n, c in runs], indent=1) + "\n")
-    for name, cfg in runs:  # before anything trains: every existing run must have the settings asked for
-        check_same_settings(out / name, cfg)
-    rows: dict[str, dict] = {}
-    todo = []
-    for name, cfg in runs:
-        if is_finished(out / name):
-            rows[name] = {"run": name, **read_summary(out / name)}
-        else:
-            todo.append((name, cfg))
-    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="sweep", unit="run", disable=not progress)
-    try:
-        for row in train_runs(todo, out, workers, "sweep", tracker):
-            rows[row["run"]] = row
-            bar.set_postfix_str(f"{row['run'][:40]}: {row['status']}")
-            bar.update(1)
-    finally:
-        bar.close()
-    return write_runs_table([rows[name] for name, _ in runs if name in rows], out / RUNS_SUMMARY)
+    with run_lock(out):  # one sweep at a time in a folder: another is refused (RunLocked, naming its PID)
+        (out / RUNS_SUMMARY).unlink(missing_ok=True)  # written at the end: none is left that says otherwise
+        write_text(out / SWEEP_FILE, json.dumps([{"run": n, **c.to_dict()} for n, c in runs], indent=1) + "\n")
+        for name, cfg in runs:  # before anything trains: every existing run must have the settings asked for
+            check_same_settings(out / name, cfg)
+        rows: dict[str, dict] = {}
+        todo = []
+        for name, cfg in runs:
+            if is_finished(out / name):
+                rows[name] = {"run": name, **read_summary(out / name)}
+            else:
+                todo.append((name, cfg))
+        bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="sweep", unit="run", disable=not progress)
+        try:
+            for row in train_runs(todo, out, workers, "sweep", tracker):
+                rows[row["run"]] = row
+                bar.set_postfix_str(f"{row['run'][:40]}: {row['status']}")
+                bar.update(1)
+        finally:
+            bar.close()
+        return write_runs_table([rows[name] for name, _ in runs if name in rows], out / RUNS_SUMMARY)

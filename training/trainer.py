@@ -261,9 +261,21 @@ def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[st
     run_dir; none if it holds no run. Device and torch.compile may differ (resuming elsewhere is fine)."""
     if not is_run_dir(run_dir):
         return []
-    saved = TrainConfig.from_dict(dict(read_run_info(run_dir).train)).to_dict()
-    wanted = cfg.to_dict()
+    saved = _effective(TrainConfig.from_dict(dict(read_run_info(run_dir).train)).to_dict())
+    wanted = _effective(cfg.to_dict())
     return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
+
+
+def _effective(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings without the model_extra fields their model does not use (residual_scale on standard): a run that
+    recorded one, as presets once did, builds the same model as one that did not, and resumes under either."""
+    extra = settings.get("model_extra") or {}
+    try:
+        unused = ModelConfig(variant=settings["variant"], d_model=settings["d_model"], n_layers=settings["n_layers"],
+                             n_heads=settings["n_heads"], **extra).unused_fields()
+    except (TypeError, ValueError):  # not a model on its own (a field the task sets): compare as recorded
+        return settings
+    return {**settings, "model_extra": {k: v for k, v in extra.items() if k not in unused}}
 
 
 def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
@@ -312,7 +324,11 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     task, precision = _prepare(cfg, out, resume, device, ranks)
     model_cfg = cfg.model_config(task)
     if resume and (out / RUN_FILE).is_file():
-        read_run_info(out).check_data(task)  # the run's corpus and tokenizer are still the ones it began with
+        try:  # the run's corpus and tokenizer are still the ones it began with
+            read_run_info(out).check_data(task)
+        except ValueError as e:
+            files = ", ".join(map(str, cfg.task_params.get("text_file") or [])) or "the task's data"
+            raise SettingsChanged(f"{e} ({files}); restore them, or start a new run with another --out") from None
     loop = _Loop(cfg, out, task, model_cfg, device, ranks, precision)
     loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(
         cfg, out, resume, task, loop.model, model_cfg, loop.optimizer, loop.stream, argv, ranks)

@@ -26,18 +26,25 @@ COLUMN_CONFIG = {
 
 
 def counts(runs: pd.DataFrame) -> None:
-    """How many runs, finished, unfinished, analysed and unreadable; the runs that stopped, with their messages."""
+    """How many runs, finished, unfinished, analysed and damaged; the runs that stopped or are damaged (naming the
+    damaged file), with their messages."""
     status = runs["status"].value_counts()
     cols = st.columns(5)
     cols[0].metric("runs", len(runs))
     cols[1].metric("finished", int(status.get("finished", 0)))
     cols[2].metric("running / unfinished", int(status.get("running", 0)))
     cols[3].metric("analysed", int(runs["has_analysis"].fillna(False).astype(bool).sum()))
-    cols[4].metric("unreadable", int(status.get("corrupt", 0)))
+    cols[4].metric("unreadable", int(status.get("corrupt", 0)),
+                   help="damaged runs: a run.json or summary.json that cannot be read")
     bad = runs[runs["status"].isin(["corrupt", "error", "diverged"])]
     if len(bad):
-        st.warning("\n".join(f"- `{row['run']}`: {row['status']}: {ui.run_message(row) or 'see its summary.json'}"
-                             for _, row in bad.iterrows()))
+        st.warning("\n".join(f"- `{row['run']}`: {_shown_status(row['status'])}: "
+                             f"{ui.run_message(row) or 'see its summary.json'}" for _, row in bad.iterrows()))
+
+
+def _shown_status(status: str) -> str:
+    """A status as the page says it: a corrupt run is damaged (a run.json or summary.json that cannot be read)."""
+    return "damaged (left out of every table until its file is restored)" if status == "corrupt" else status
 
 
 def filtered(runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,199 @@
+"""The one process pool of the project (`pool_map`): spawned workers, each leading its own process group, that
+end quietly with their parent; sweeps, reproduction and its analysis stage run on it (training.sweep)."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+import warnings
+from typing import Any, Callable, Iterator, Sequence
+
+
+def one_line_warnings() -> None:
+    """Print warnings as 'warning: MESSAGE (Category)', one line a user can act on, instead of Python's
+    default, which adds the file, line number and a line of the library's source. Only the format changes:
+    whoever records warnings (warnings.catch_warnings, pytest.warns) still gets them."""
+    def one_line(message, category, filename, lineno, line=None):  # the signature warnings expects
+        return f"warning: {message} ({category.__name__})\n"
+
+    warnings.formatwarning = one_line
+
+
+def _set_threads(threads: int) -> None:
+    """A worker's setup: its torch threads, and warnings on one line as in the command that started it."""
+    import torch
+
+    torch.set_num_threads(threads)
+    one_line_warnings()
+
+
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of `workers` processes sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+class WorkerDied(RuntimeError):
+    """A pool worker process ended (a signal such as the OOM killer's SIGKILL, or an exit) while running a job."""
+
+
+def _worker_signals(parent: int) -> None:
+    """A worker leads its own process group (the pool stops it with whatever it started; a terminal's Ctrl-C reaches
+    the parent alone), dies quietly on SIGINT or SIGTERM, and ends, with its group, once `parent` is gone."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no process groups (Windows)
+        os.setpgid(0, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker(fn: Callable[[Any], Any], threads: int, conn: Any, parent: int) -> None:
+    """A pool worker: run the jobs sent on `conn` one at a time and send back (index, ("ok"|"error", value))."""
+    _worker_signals(parent)
+    _set_threads(threads)
+    while True:
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            return
+        if item is None:
+            return
+        index, job = item
+        try:
+            result = ("ok", fn(job))
+        except Exception as e:  # fn's own error: raised again in the parent, as multiprocessing.Pool does
+            result = ("error", e)
+        try:
+            conn.send((index, result))
+        except OSError:  # the parent is gone (a broken pipe): nobody waits for the result
+            return
+        except Exception as e:  # a result or error that does not pickle
+            with contextlib.suppress(OSError):
+                conn.send((index, ("error", RuntimeError(f"{type(e).__name__}: {e}"))))
+
+
+def _death(process: Any) -> WorkerDied:
+    process.join(timeout=5)
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+        if -code == signal.SIGKILL:
+            how += " (out of memory?)"
+    else:
+        how = f"exited with code {code}"
+    return WorkerDied(f"worker process {how}")
+
+
+def _signal_group(process: Any, sig: int) -> None:
+    """Send `sig` to a worker's process group (the worker and whatever it started), or to the worker alone."""
+    try:
+        os.killpg(process.pid, sig)
+    except (AttributeError, OSError):  # no process groups here, or the worker does not lead its own yet
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, sig)
+
+
+def _stop_workers(procs: dict[Any, Any], busy: set[Any]) -> None:
+    """Stop the pool: idle workers are told to leave; busy ones (an interrupted or failed map) get SIGTERM with
+    everything they started; whatever is left after 5 s is killed. (A worker whose parent dies ends by itself.)"""
+    for conn, process in procs.items():
+        if conn not in busy:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        conn.close()
+        if conn in busy:
+            _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    left = [p.sentinel for p in procs.values()]
+    while left and time.monotonic() < deadline:
+        done = mp.connection.wait(left, timeout=max(0.0, deadline - time.monotonic()))
+        left = [s for s in left if s not in done]
+    for process in procs.values():  # not yet reaped, so its group is still its own
+        _signal_group(process, getattr(signal, "SIGKILL", signal.SIGTERM))
+    for process in procs.values():
+        process.join()
+
+
+def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
+             failed: Callable[[Any, Exception], Any] | None = None) -> Iterator[Any]:
+    """fn over jobs on `workers` spawned processes, results in completion order (inline for one).
+
+    The one process pool of the project: sweeps, reproduction and its analysis stage run on it. A worker
+    that dies while running a job (SIGKILL from the OOM killer, say) gives `failed(job, WorkerDied)` for
+    that job (raised when `failed` is None) and is replaced, so the other jobs still run; an exception
+    raised by fn is raised here. Leaving the iterator early (Ctrl-C, SIGTERM in the command line, an error) stops
+    the workers and whatever they started; a worker whose parent dies (even by SIGKILL) ends quietly.
+    """
+    threads = threads_per_worker(workers)
+    if workers <= 1 or len(jobs) <= 1:
+        _set_threads(threads)
+        yield from map(fn, jobs)
+        return
+    ctx = mp.get_context("spawn")
+    todo = list(enumerate(jobs))[::-1]  # popped from the end: jobs start in the order given
+    procs: dict[Any, Any] = {}  # the parent's end of each worker's pipe -> its process
+    running: dict[Any, int] = {}  # pipe -> index of the job it runs
+
+    def start() -> Any:
+        mine, theirs = ctx.Pipe()
+        process = ctx.Process(target=_worker, args=(fn, threads, theirs, os.getpid()), daemon=True)
+        process.start()
+        with contextlib.suppress(OSError, AttributeError):  # the worker does it too: whichever comes first
+            os.setpgid(process.pid, process.pid)
+        theirs.close()
+        procs[mine] = process
+        return mine
+
+    idle = [start() for _ in range(min(workers, len(jobs)))]
+    try:
+        while todo or running:
+            while idle and todo:
+                conn = idle.pop()
+                index, job = todo.pop()
+                try:
+                    conn.send((index, job))
+                except OSError:  # it died while idle: replace it, the job waits for the next one
+                    procs.pop(conn).join(timeout=5)
+                    conn.close()
+                    todo.append((index, job))
+                    idle.append(start())
+                    continue
+                running[conn] = index
+            ready = mp.connection.wait([*running, *(procs[c].sentinel for c in running)])
+            for conn in list(running):
+                if conn not in ready and procs[conn].sentinel not in ready:
+                    continue
+                try:
+                    _, (kind, value) = conn.recv()
+                except (EOFError, OSError):  # the worker died with this job
+                    index = running.pop(conn)
+                    error = _death(procs.pop(conn))
+                    conn.close()
+                    if todo:
+                        idle.append(start())
+                    if failed is None:
+                        raise error from None
+                    yield failed(jobs[index], error)
+                    continue
+                running.pop(conn)
+                idle.append(conn)
+                if kind == "error":
+                    raise value
+                yield value
+    finally:
+        _stop_workers(procs, set(running))
