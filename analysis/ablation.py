@@ -1,10 +1,10 @@
 """Head ablation: knock out one head (or a set) and measure what the task loses.
 
-    from analysis.ablation import ablate_heads, head_ablation, head_ablation_result
+    from analysis.ablation import ablate_heads, head_ablation
     tokens, mask = task.eval_set(1000)
     ablate_heads(model, tokens, mask, task.metric, heads=[(1, 0)], method="zero")   # {"loss", "accuracy"}
-    df = head_ablation(model, tokens, mask, task.metric)                            # every head, ranked
-    result = head_ablation_result(model, tokens, mask, task.metric)                 # the same as a HeadAblation
+    result = head_ablation(model, tokens, mask, task.metric)                        # every head: a HeadAblation
+    df = result.frame()                                                             # ranked, baseline in attrs
     head_ablation(model, tokens, metric=lambda logits: logits[:, -1, 3].mean())     # any metric of the logits
 
 `model` may also be a run directory or checkpoint path (loaded with `models.load_model`).
@@ -194,7 +194,7 @@ def ablate_heads(
 
 @dataclass
 class HeadAblation:
-    """What `head_ablation_result` measures: the ranked per-head table and the intact model's baseline."""
+    """What `head_ablation` measures: the ranked per-head table and the intact model's baseline."""
 
     table: pd.DataFrame  # one row per (layer, head), columns COLUMNS (METRIC_COLUMNS for a callable), sorted by rank
     baseline_loss: float | None  # None with a callable metric
@@ -204,7 +204,7 @@ class HeadAblation:
     baseline_metric: float | None = None  # the callable metric on the intact model
 
     def frame(self) -> pd.DataFrame:
-        """The table with the baseline in `attrs`, as `head_ablation` returns it."""
+        """The table (COLUMNS, or METRIC_COLUMNS for a callable metric), sorted by rank, with the baseline in `attrs`."""
         df = self.table.copy()
         if self.baseline_metric is None:
             df.attrs.update(baseline_loss=self.baseline_loss, baseline_accuracy=self.baseline_accuracy)
@@ -223,29 +223,15 @@ def head_ablation(
     *,
     labels: torch.Tensor | None = None,
     batch_size: int = 512,
-) -> pd.DataFrame:
+) -> HeadAblation:
     """Ablate every head on its own; rank heads by the loss increase (rank 1 = most needed).
 
-    Returns a DataFrame with one row per (layer, head): layer, head, loss, accuracy, delta_loss
-    (ablated minus intact, nats), delta_accuracy, rank; sorted by rank. `attrs` holds the intact
-    model's "baseline_loss" / "baseline_accuracy", "method" and "n_examples"; `head_ablation_result`
-    returns them as fields. With a callable `metric` (module docstring): columns `METRIC_COLUMNS`,
-    ranked by the metric's drop, and "baseline_metric" in `attrs`. `model` may be a run directory.
+    tokens int64 / mask bool [N, pos], metric "sequence" or "token" (or a callable: module docstring), labels
+    int64 [N] for a classifier. Returns a `HeadAblation`: the table, one row per (layer, head): layer, head, loss,
+    accuracy, delta_loss (ablated minus intact, nats), delta_accuracy, rank, sorted by rank (with a callable
+    metric: `METRIC_COLUMNS`, ranked by the metric's drop); and the intact model's baseline_loss /
+    baseline_accuracy (or baseline_metric), method and n_examples. `model` may be a run directory.
     """
-    return head_ablation_result(model, tokens, mask, metric, method, labels=labels, batch_size=batch_size).frame()
-
-
-def head_ablation_result(
-    model: ModelOrPath,
-    tokens: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    metric: MetricArg | None = None,
-    method: str = "mean",
-    *,
-    labels: torch.Tensor | None = None,
-    batch_size: int = 512,
-) -> HeadAblation:
-    """`head_ablation` as a `HeadAblation`: the same table, the baseline as typed fields."""
     model = as_model(model)
     if metric is None:
         raise ValueError("head_ablation needs a metric: 'sequence', 'token' (with mask) or a callable of the logits")

@@ -125,10 +125,10 @@ def _heads_applies(ctx: AnalysisContext) -> str | None:
 
 def _heads(ctx: AnalysisContext) -> AnalysisResult:
     """Head scores on repeated random sequences [r, r], as long as the context allows."""
-    from .heads import head_scores_result
+    from .heads import head_scores
 
     seq_len = min(ctx.options.seq_len, ctx.model.cfg.n_ctx // 2)
-    r = head_scores_result(ctx.model, n_seqs=ctx.options.n_seqs, seq_len=seq_len, seed=ctx.options.seed)
+    r = head_scores(ctx.model, n_seqs=ctx.options.n_seqs, seq_len=seq_len, seed=ctx.options.seed)
     df = r.table
     tables = {"heads": df}
     if r.loss_by_position is not None:
@@ -199,12 +199,12 @@ def _ablation_applies(ctx: AnalysisContext) -> str | None:
 
 
 def _ablation(ctx: AnalysisContext) -> AnalysisResult:
-    from .ablation import head_ablation_result
+    from .ablation import head_ablation
 
     # (tokens, mask) for next-token tasks; (tokens, attention mask, labels) for classification tasks.
     batch = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
     tokens, mask, labels = batch[0], batch[1], (batch[2] if len(batch) > 2 else None)
-    r = head_ablation_result(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
+    r = head_ablation(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
     return AnalysisResult({"ablation": r.table}, {
         "method": ctx.options.ablation,
         "examples": int(tokens.shape[0]),
@@ -240,10 +240,10 @@ def _task_induction_applies(ctx: AnalysisContext) -> str | None:
 
 
 def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
-    from .heads import task_induction_result
+    from .heads import task_induction_scores
 
     tokens = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))[0]
-    r = task_induction_result(ctx.model, ctx.task, tokens)
+    r = task_induction_scores(ctx.model, ctx.task, tokens)
     ablation = ctx.results.get("ablation")
     return AnalysisResult({"task_induction": r.table}, _task_induction_summary(
         r, ablation.tables["ablation"] if ablation else None, ctx.options.ablation, ctx.task.name))
@@ -271,11 +271,12 @@ def _patching(ctx: AnalysisContext) -> AnalysisResult:
     from .patching import head_patching
 
     n = min(ctx.options.eval_samples, 128)
-    df = head_patching(ctx.model, ctx.task, n=n, seed=ctx.options.seed)  # a task's own patching_pairs, if it has one
+    r = head_patching(ctx.model, ctx.task, n=n, seed=ctx.options.seed)  # a task's own patching_pairs, if it has one
+    df = r.frame()
     top = df.sort_values("restored", ascending=False).head(3)
     return AnalysisResult({"patching": df}, {
-        "clean_logit_diff": df.attrs["clean_logit_diff"],
-        "corrupted_logit_diff": df.attrs["corrupted_logit_diff"],
+        "clean_logit_diff": r.clean,
+        "corrupted_logit_diff": r.corrupted,
         "top": top[["layer", "head", "restored"]].to_dict("records"),
     })
 

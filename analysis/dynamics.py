@@ -18,7 +18,7 @@ from models import load_model
 from training import TrainConfig, run_task
 from training.rundir import kept_checkpoints, read_metric_records, read_run_info
 
-from .heads import head_scores_result, task_induction_result
+from .heads import head_scores, task_induction_scores
 
 COLUMNS = ["step", "top_induction", "top_induction_head", "top_previous_token", "top_previous_token_head",
            "in_context_drop", "task_induction", "task_induction_head", "loss", "eval_loss"]
@@ -48,12 +48,12 @@ def checkpoint_dynamics(run_dir: str | Path, n_seqs: int = 32, seq_len: int = 32
         model = load_model(path, device=device)
         length = min(seq_len, model.cfg.n_ctx // 2)
         with torch.no_grad():
-            heads = head_scores_result(model, n_seqs=n_seqs, seq_len=length, seed=seed)
+            heads = head_scores(model, n_seqs=n_seqs, seq_len=length, seed=seed)
         row = {"step": step, "in_context_drop": heads.in_context_drop}
         row["top_induction"], row["top_induction_head"] = _top(heads.table, "induction")
         row["top_previous_token"], row["top_previous_token_head"] = _top(heads.table, "previous_token")
         if aligned_inputs is not None:
-            aligned = task_induction_result(model, task, aligned_inputs)
+            aligned = task_induction_scores(model, task, aligned_inputs)
             row["task_induction"], row["task_induction_head"] = _top(aligned.table, "score")
         rows.append(row)
     table = pd.DataFrame(rows, columns=COLUMNS)

@@ -297,7 +297,7 @@ def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tu
     if task is None:
         raise ValueError("activation patching applies to retrieval, 1-hop k-hop and tasks with patching_pairs, "
                          "not to text tasks")
-    return head_patching(model, task, n=64), "computed now on 64 clean/corrupted pairs"
+    return head_patching(model, task, n=64).frame(), "computed now on 64 clean/corrupted pairs"
 
 
 def components_table(root: Path, run_dir: str | Path, model=None, n: int = SHOWN_COMPONENT_ROWS) -> tuple[pd.DataFrame, str]:

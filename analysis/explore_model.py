@@ -173,12 +173,12 @@ def compute_head_table(model, n_seqs: int = SHOWN_HEAD_SEQS, seq_len: int = 32, 
 
     NoHeadScores if the context is too short for repeated sequences (n_ctx < 4).
     """
-    from .heads import head_scores_result
+    from .heads import head_scores
 
     seq_len = min(seq_len, model.cfg.n_ctx // 2)
     if seq_len < 2:
         raise NoHeadScores(f"n_ctx={model.cfg.n_ctx} is too short for head scores on repeated sequences (needs >= 4)")
-    scores = head_scores_result(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
+    scores = head_scores(model, n_seqs=n_seqs, seq_len=seq_len, seed=seed)
     return scores.table, dict(scores.chance)
 
 

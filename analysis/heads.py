@@ -3,15 +3,15 @@
 on a task's own inputs.
 
     from analysis.heads import head_scores, task_induction_scores
-    df = head_scores(model)                 # one row per (layer, head)
-    df.attrs["in_context_drop"]             # first-half minus second-half loss, nats per token
+    scores = head_scores(model)             # a HeadScores
+    df = scores.frame()                     # one row per (layer, head)
+    scores.in_context_drop                  # first-half minus second-half loss, nats per token
     tokens, _ = task.eval_set(512)          # task = get_task("khop", hops=1, ...)
-    aligned = task_induction_scores(model, task, tokens)   # layer, head, score; attrs: chance, positional
+    aligned = task_induction_scores(model, task, tokens)   # a SourceScores: .frame() has layer, head, score
 
-Each function that returns a DataFrame with scalars in `df.attrs` has a typed twin returning a
-dataclass with the same table and the scalars as fields (`head_scores_result` -> `HeadScores`,
-`source_attention_result` and `task_induction_result` -> `SourceScores`): pandas calls `attrs`
-experimental, and `mixit analyze` (the `ANALYSES` of analysis.analyze) uses the typed results.
+Each analysis returns a typed result (`head_scores` -> `HeadScores`, `source_attention_scores` and
+`task_induction_scores` -> `SourceScores`): a dataclass with the table and its scalars as fields, whose
+`.frame()` is the table with the scalars also in `df.attrs`.
 
 Attention scores (`SCORES`). Each is the attention mass a head puts on its target keys, averaged over
 the query rows where the behaviour is defined ("scored rows"), then over sequences. For one
@@ -37,7 +37,7 @@ The induction, duplicate-token and previous-token detection patterns are Transfo
 (softmax; shaped I + softmax - C; MixiT's I + N - rowmean(N)), so the denominator is the number
 of scored rows; the one exception is row 0 of MixiT's sink heads ([0.5, 0, ...], as the authors'),
 which only the current-token score reads. Shaped and MixiT patterns have negative entries: their
-scores are signed sums and can fall outside [0, 1]. Chance (`df.attrs["chance"]`) is the score of uniform causal attention
+scores are signed sums and can fall outside [0, 1]. Chance (`HeadScores.chance`) is the score of uniform causal attention
 (every allowed key weighted 1/(i+1)) on the same sequences; for induction with half-length n and
 distinct tokens in r it is about ln(2)/n.
 
@@ -237,7 +237,7 @@ def _loss_attrs(loss_by_target: torch.Tensor | None, seq_len: int) -> dict:
 
 @dataclass
 class HeadScores:
-    """What `head_scores_result` measures: the per-head table and the scalars that go with it."""
+    """What `head_scores` measures: the per-head table and the scalars that go with it."""
 
     table: pd.DataFrame  # one row per (layer, head), columns COLUMNS
     chance: dict[str, float]  # each score under uniform attention on the same sequences
@@ -250,7 +250,7 @@ class HeadScores:
     seed: int
 
     def frame(self) -> pd.DataFrame:
-        """The table with the scalars in `attrs`, as `head_scores` returns it."""
+        """The table (one row per (layer, head), columns COLUMNS) with the scalars in `attrs`."""
         df = self.table.copy()
         df.attrs.update(
             {
@@ -269,7 +269,7 @@ class HeadScores:
 
 def head_scores(
     model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
-) -> pd.DataFrame:
+) -> HeadScores:
     """Scores of every head on `n_seqs` repeated random sequences [r, r], r of `seq_len` tokens.
 
     Args:
@@ -281,20 +281,13 @@ def head_scores(
         batch_size: sequences per forward pass.
 
     Returns:
-        DataFrame, one row per (layer, head), columns `COLUMNS`: layer, head, the five attention
-        scores (fractions of attention mass, see the module docstring), copying (in [-1, 1]) and
-        label. `df.attrs` holds "chance" (scores of uniform attention), "loss_by_position" (mean
-        next-token loss in nats for target positions 1..2n-1), "loss_first_half",
-        "loss_second_half", "in_context_drop" (first minus second half; None without an
-        unembedding) and the probe parameters; `head_scores_result` returns them as fields.
+        `HeadScores`: `.table` / `.frame()` one row per (layer, head), columns `COLUMNS`: layer, head,
+        the five attention scores (fractions of attention mass, see the module docstring), copying
+        (in [-1, 1]) and label; fields "chance" (scores of uniform attention), "loss_by_position" (mean
+        next-token loss in nats for target positions 1..2n-1), "loss_first_half", "loss_second_half",
+        "in_context_drop" (first minus second half; None without an unembedding) and the probe
+        parameters, which `.frame()` also puts in `df.attrs`.
     """
-    return head_scores_result(model, n_seqs, seq_len, seed, batch_size).frame()
-
-
-def head_scores_result(
-    model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, seed: int = 0, batch_size: int = 64
-) -> HeadScores:
-    """`head_scores` as a `HeadScores`: the same table, the scalars as typed fields."""
     model = as_model(model)
     check_positive_int("n_seqs", n_seqs)
     check_positive_int("seq_len", seq_len, 2)
@@ -327,7 +320,7 @@ def in_context_loss(model: ModelOrPath, n_seqs: int = 64, seq_len: int = 64, see
 
     `position` t is the predicted token's index (1..2n-1), `half` is "first", "boundary" (t = n,
     the first repeated token, which nothing earlier predicts) or "second". `attrs` carries the
-    same loss summaries as `head_scores`. Raises ValueError for a model without an unembedding.
+    same loss summaries as `HeadScores`. Raises ValueError for a model without an unembedding.
     """
     model = as_model(model)
     if not hasattr(model, "unembed"):
@@ -398,25 +391,53 @@ def source_chance(queries: torch.Tensor, sources: torch.Tensor, seq_len: int, ca
 
 @dataclass
 class SourceScores:
-    """What `source_attention_result` / `task_induction_result` measure: per-head scores and reference levels."""
+    """What `source_attention_scores` / `task_induction_scores` measure: per-head scores and reference levels."""
 
     table: pd.DataFrame  # one row per (layer, head), columns SOURCE_COLUMNS
     chance: float  # see `source_chance`
     positional: float
     rows: int  # scored (sequence, query) pairs
     n_seqs: int
-    hops: int | None = None  # the task's k (task_induction_result only)
+    hops: int | None = None  # the task's k (task_induction_scores only)
 
     def frame(self) -> pd.DataFrame:
-        """The table with the scalars in `attrs`, as `source_attention_scores` / `task_induction_scores` return it."""
+        """The table (columns SOURCE_COLUMNS) with the scalars in `attrs` ("hops" only where it is set)."""
         df = self.table.copy()
         df.attrs.update({"chance": self.chance, "positional": self.positional, "rows": self.rows, "n_seqs": self.n_seqs})
+        if self.hops is not None:
+            df.attrs["hops"] = self.hops
         return df
 
 
+def _check_sources(tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, causal: bool) -> torch.Tensor:
+    """sources as [n, R, S] after checking tokens [n, T], queries [R] and sources [n, R(, S)] fit together."""
+    if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
+            or sources.ndim not in (2, 3):
+        raise ValueError(
+            f"need tokens [n, T], queries [R] and sources [n, R] or [n, R, S]; got {tuple(tokens.shape)}, "
+            f"{tuple(queries.shape)} and {tuple(sources.shape)}"
+        )
+    sources = _as_source_sets(sources)
+    t = tokens.shape[1]
+    if len(queries) and (int(queries.min()) < 0 or int(queries.max()) >= t):
+        raise ValueError(f"query positions must lie in [0, {t})")
+    valid = sources >= 0
+    if not valid.any():
+        raise ValueError("no scored rows: every source is -1")
+    if int(sources.max()) >= t:
+        raise ValueError(f"source positions must lie in [0, {t}) or be -1")
+    ordered = sources.masked_fill(~valid, -1).sort(-1).values
+    if ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any():
+        raise ValueError("a query lists the same source twice")
+    if causal and (sources > queries[None, :, None])[valid].any():
+        raise ValueError("a source lies after its query, where a causal model cannot attend")
+    return sources
+
+
+@torch.no_grad()
 def source_attention_scores(
     model: ModelOrPath, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
-) -> pd.DataFrame:
+) -> SourceScores:
     """Per head, the attention mass each query puts on the keys it should read, over the scored rows.
 
         score = sum_{scored (row, q)} sum_{s in sources(row, q)} P[q, s]  /  sum_{scored (row, q)} sum_j P[q, j]
@@ -442,41 +463,15 @@ def source_attention_scores(
         batch_size: sequences per forward pass.
 
     Returns:
-        DataFrame with one row per (layer, head): layer, head, score, shuffled. `attrs`: "chance"
-        and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs";
-        `source_attention_result` returns them as fields.
+        `SourceScores`: `.table` / `.frame()` one row per (layer, head): layer, head, score, shuffled;
+        fields "chance" and "positional" (see `source_chance`), "rows" (scored pairs) and "n_seqs",
+        which `.frame()` also puts in `df.attrs`.
     """
-    return source_attention_result(model, tokens, queries, sources, batch_size).frame()
-
-
-@torch.no_grad()
-def source_attention_result(
-    model: ModelOrPath, tokens: torch.Tensor, queries: torch.Tensor, sources: torch.Tensor, batch_size: int = 256
-) -> SourceScores:
-    """`source_attention_scores` as a `SourceScores`: the same table, the scalars as typed fields."""
     model = as_model(model)
     check_positive_int("batch_size", batch_size)
-    if tokens.ndim != 2 or queries.ndim != 1 or sources.shape[:2] != (tokens.shape[0], queries.shape[0]) \
-            or sources.ndim not in (2, 3):
-        raise ValueError(
-            f"need tokens [n, T], queries [R] and sources [n, R] or [n, R, S]; got {tuple(tokens.shape)}, "
-            f"{tuple(queries.shape)} and {tuple(sources.shape)}"
-        )
-    sources = _as_source_sets(sources)
-    t = tokens.shape[1]
-    if len(queries) and (int(queries.min()) < 0 or int(queries.max()) >= t):
-        raise ValueError(f"query positions must lie in [0, {t})")
-    valid = sources >= 0
-    if not valid.any():
-        raise ValueError("no scored rows: every source is -1")
-    if int(sources.max()) >= t:
-        raise ValueError(f"source positions must lie in [0, {t}) or be -1")
-    ordered = sources.masked_fill(~valid, -1).sort(-1).values
-    if ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any():
-        raise ValueError("a query lists the same source twice")
     causal = is_causal(model)
-    if causal and (sources > queries[None, :, None])[valid].any():
-        raise ValueError("a source lies after its query, where a causal model cannot attend")
+    sources = _check_sources(tokens, queries, sources, causal)
+    t = tokens.shape[1]
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     names = [pattern_hook(layer) for layer in range(n_layers)]
     others = sources.roll(1, dims=0)  # row i gets row i - 1's sources
@@ -504,27 +499,17 @@ def source_attention_result(
 
 def task_induction_scores(
     model: ModelOrPath, task=None, tokens: torch.Tensor | None = None, batch_size: int = 256
-) -> pd.DataFrame:
+) -> SourceScores:
     """Task-aligned induction scores: `source_attention_scores` at the task's own answer sources.
 
     `task` must define `answer_sources(tokens) -> (queries, sources)` (training.tasks.KHop does:
     the position predicting y_i, and the two positions holding its answer, the letter in X and
     its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
     which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the
-    lookup on the inputs the model was trained for. `attrs` adds "hops" (the task's k);
-    `task_induction_result` returns the same as a `SourceScores`. `model` may be a run directory: `task`
-    then defaults to the run's own; `tokens` defaults to the task's first 512 eval rows.
+    lookup on the inputs the model was trained for. Returns a `SourceScores` with `hops` (the
+    task's k) set. `model` may be a run directory: `task` then defaults to the run's own; `tokens`
+    defaults to the task's first 512 eval rows.
     """
-    result = task_induction_result(model, task, tokens, batch_size)
-    df = result.frame()
-    df.attrs["hops"] = result.hops
-    return df
-
-
-def task_induction_result(
-    model: ModelOrPath, task=None, tokens: torch.Tensor | None = None, batch_size: int = 256
-) -> SourceScores:
-    """`task_induction_scores` as a `SourceScores` (with `hops` set)."""
     model, task = model_and_task(model, task)
     if task is None:
         raise ValueError("task_induction_scores needs the task: pass it, or pass a run directory instead of a model")
@@ -533,6 +518,6 @@ def task_induction_result(
     if tokens is None:
         tokens, _ = task.eval_set(512)
     queries, sources = task.answer_sources(tokens)
-    result = source_attention_result(model, tokens, queries, sources, batch_size)
+    result = source_attention_scores(model, tokens, queries, sources, batch_size)
     result.hops = getattr(task, "hops", None)
     return result

@@ -22,10 +22,11 @@ the queried pair; k-hop another letter at the position an induction head must re
 the answer part recomputed; the metric is the logit difference at the position that predicts the answer.
 
     from analysis.patching import head_patching, patch_heads
-    table = head_patching(model, task, n=64)      # one row per (layer, head): restored fraction
-    table = head_patching("runs/khop1-standard")  # a run directory: its model and task
-    table = patch_heads(model, clean, corrupted, answer_tokens=answers, position=-1)
-    table = patch_heads(model, clean, corrupted, metric=lambda logits: logits[:, -1, 3].mean())
+    result = head_patching(model, task, n=64)     # a HeadPatching: .clean, .corrupted, ...
+    table = result.frame()                        # one row per (layer, head): restored fraction
+    table = head_patching("runs/khop1-standard").frame()  # a run directory: its model and task
+    result = patch_heads(model, clean, corrupted, answer_tokens=answers, position=-1)
+    result = patch_heads(model, clean, corrupted, metric=lambda logits: logits[:, -1, 3].mean())
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def logit_diff_metric(answer_tokens: torch.Tensor, position: int | torch.Tensor 
 
 @dataclass
 class HeadPatching:
-    """What `patch_heads_result` / `head_patching_result` measure: the per-head table and both baselines."""
+    """What `patch_heads` / `head_patching` measure: the per-head table and both baselines."""
 
     table: pd.DataFrame  # one row per (layer, head): layer, head, restored, and the patched metric
     clean: float  # the metric on the clean run
@@ -215,7 +216,7 @@ def _scalar(value: torch.Tensor, what: str) -> float:
     return float(value)
 
 
-def patch_heads_result(
+def patch_heads(
     model: ModelOrPath,
     clean_tokens: torch.Tensor,
     corrupted_tokens: torch.Tensor,
@@ -226,7 +227,22 @@ def patch_heads_result(
     atol: float | None = None,
     rtol: float = NEAR_EQUAL_RTOL,
 ) -> HeadPatching:
-    """`patch_heads` as a `HeadPatching`: the same table, the clean and corrupted metrics as typed fields."""
+    """Patch each head's clean output into the corrupted run; per (layer, head) the metric and the fraction restored.
+
+    Args:
+        model: a models.Transformer (or HookedRootModule with `hook_z`), or a run directory / checkpoint path.
+        clean_tokens, corrupted_tokens: int64 [batch, pos], the same shape.
+        metric: logits [batch, pos, d_vocab] -> scalar tensor, as TransformerLens's patching takes it ...
+        answer_tokens: ... or int64 [batch, 2] (clean answer, corrupted answer) for the built-in logit
+            difference at `position` (an int, -1 = the last, or int64 [batch]).
+        atol, rtol: when the near-equal warning fires (module docstring); rtol=0 for a metric whose zero
+            means nothing (a log-probability), where "within 10%" would not say the two coincide.
+
+    Returns:
+        `HeadPatching`: the metric on the clean and corrupted runs, its name and n_pairs; `.frame()` one row per
+        (layer, head): layer, head, restored, and the patched metric ("logit_diff" for the built-in metric, else
+        "metric"), with clean_logit_diff / corrupted_logit_diff (clean_metric / ...), metric, n_pairs in `attrs`.
+    """
     from transformer_lens import patching
 
     model = as_model(model)
@@ -260,50 +276,15 @@ def patch_heads_result(
                         corrupted=corrupted_value, metric=name, n_pairs=int(clean_tokens.shape[0]))
 
 
-def patch_heads(
-    model: ModelOrPath,
-    clean_tokens: torch.Tensor,
-    corrupted_tokens: torch.Tensor,
-    metric: Metric | None = None,
-    *,
-    answer_tokens: torch.Tensor | None = None,
-    position: int | torch.Tensor = -1,
-    atol: float | None = None,
-    rtol: float = NEAR_EQUAL_RTOL,
-) -> pd.DataFrame:
-    """Patch each head's clean output into the corrupted run; per (layer, head) the metric and the fraction restored.
-
-    Args:
-        model: a models.Transformer (or HookedRootModule with `hook_z`), or a run directory / checkpoint path.
-        clean_tokens, corrupted_tokens: int64 [batch, pos], the same shape.
-        metric: logits [batch, pos, d_vocab] -> scalar tensor, as TransformerLens's patching takes it ...
-        answer_tokens: ... or int64 [batch, 2] (clean answer, corrupted answer) for the built-in logit
-            difference at `position` (an int, -1 = the last, or int64 [batch]).
-        atol, rtol: when the near-equal warning fires (module docstring); rtol=0 for a metric whose zero
-            means nothing (a log-probability), where "within 10%" would not say the two coincide.
-
-    Returns:
-        DataFrame with one row per (layer, head): layer, head, restored, and the patched metric
-        ("logit_diff" for the built-in metric, else "metric"). `attrs`: clean_logit_diff and
-        corrupted_logit_diff (clean_metric / corrupted_metric for a callable), metric, n_pairs.
+def head_patching(model: ModelOrPath, task=None, n: int = 64, seed: int = 0) -> HeadPatching:
+    """Per (layer, head): the fraction of the clean-vs-corrupted logit difference restored by patching the
+    head's clean output into the corrupted run (mean over `n` `patching_pairs` of a retrieval or 1-hop k-hop
+    task), and the patched logit difference; a `HeadPatching` as `patch_heads` returns it. `model` may be a
+    run directory: `task` then defaults to its own.
     """
-    return patch_heads_result(model, clean_tokens, corrupted_tokens, metric, answer_tokens=answer_tokens,
-                              position=position, atol=atol, rtol=rtol).frame()
-
-
-def head_patching_result(model: ModelOrPath, task=None, n: int = 64, seed: int = 0) -> HeadPatching:
-    """`head_patching` as a `HeadPatching`."""
     model, task = model_and_task(model, task)
     if task is None:
         raise ValueError("head_patching needs the task: pass it, or pass a run directory instead of a model")
     pairs = patching_pairs(task, n, seed)
     answers = torch.stack([pairs.clean_answer, pairs.corrupted_answer], dim=1)  # [n, 2]
-    return patch_heads_result(model, pairs.clean, pairs.corrupted, answer_tokens=answers, position=pairs.position)
-
-
-def head_patching(model: ModelOrPath, task=None, n: int = 64, seed: int = 0) -> pd.DataFrame:
-    """Per (layer, head): the fraction of the clean-vs-corrupted logit difference restored by patching the
-    head's clean output into the corrupted run (mean over `n` `patching_pairs` of a retrieval or 1-hop k-hop
-    task), and the patched logit difference. `model` may be a run directory: `task` then defaults to its own.
-    """
-    return head_patching_result(model, task, n, seed).frame()
+    return patch_heads(model, pairs.clean, pairs.corrupted, answer_tokens=answers, position=pairs.position)

@@ -102,8 +102,8 @@ def test_analysis_is_cached_until_the_checkpoint_changes(tmp_path, capsys, monke
     stamp, first = meta_file.stat().st_mtime_ns, json.loads(meta_file.read_text())
 
     calls = []
-    real = analysis.heads.head_scores_result  # what the heads analysis calls
-    monkeypatch.setattr(analysis.heads, "head_scores_result", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = analysis.heads.head_scores  # what the heads analysis calls
+    monkeypatch.setattr(analysis.heads, "head_scores", lambda *a, **k: calls.append(1) or real(*a, **k))
     code, out, _ = run_cli(["analyze", str(run), *SMALL, "--ablation", "zero"], capsys)
     assert code == 0 and "cached" in out and calls == [] and meta_file.stat().st_mtime_ns == stamp
 

@@ -68,8 +68,9 @@ def induction_model(d_vocab: int = 32, n_ctx: int = 64):
 
 def test_hand_built_induction_head_is_recovered():
     model = induction_model()
-    df = head_scores(model, n_seqs=8, seq_len=32).set_index(["layer", "head"])
-    chance = df.attrs["chance"]
+    result = head_scores(model, n_seqs=8, seq_len=32)
+    df = result.frame().set_index(["layer", "head"])
+    chance = result.chance
     assert df.loc[(0, 0), "previous_token"] > 0.99
     assert df.loc[(0, 0), "label"] == "previous-token"
     assert df.loc[(1, 0), "induction"] > 0.95
@@ -79,9 +80,9 @@ def test_hand_built_induction_head_is_recovered():
     for score in SCORES:
         assert df.loc[(1, 1), score] == pytest.approx(chance[score], abs=1e-4)
     assert math.isnan(df.loc[(0, 0), "copying"])  # writes to a subspace the unembedding ignores
-    assert df.attrs["in_context_drop"] > 5 and df.attrs["loss_second_half"] < 0.1
+    assert result.in_context_drop > 5 and result.loss_second_half < 0.1
     # With a vocabulary smaller than r, tokens repeat within r: more targets per row, higher chance.
-    repeats = head_scores(induction_model(d_vocab=20), n_seqs=8, seq_len=32).set_index(["layer", "head"])
+    repeats = head_scores(induction_model(d_vocab=20), n_seqs=8, seq_len=32).frame().set_index(["layer", "head"])
     assert repeats.attrs["chance"]["induction"] > 1.5 * chance["induction"]
     for score in SCORES:
         assert repeats.loc[(1, 1), score] == pytest.approx(repeats.attrs["chance"][score], abs=1e-4)
@@ -89,8 +90,8 @@ def test_hand_built_induction_head_is_recovered():
 
 def test_mixit_heads_score_near_chance():
     cfg = ModelConfig(variant="mixit", d_model=64, n_layers=2, n_heads=4, n_ctx=64, d_vocab=40, seed=0)
-    df = head_scores(build_model(cfg), n_seqs=8, seq_len=32)
-    chance = df.attrs["chance"]["induction"]
+    result = head_scores(build_model(cfg), n_seqs=8, seq_len=32)
+    df, chance = result.frame(), result.chance["induction"]
     assert chance == pytest.approx(sum(1 / (i + 1) for i in range(32, 64)) / 32)  # distinct tokens in r
     assert chance == pytest.approx(math.log(2) / 32, rel=0.05)
     assert (df["induction"] - chance).abs().max() < 0.1
@@ -106,7 +107,7 @@ def test_scores_agree_with_transformer_lens_head_detector(variant, d_vocab):
     cfg = ModelConfig(variant=variant, d_model=64, n_layers=2, n_heads=4, n_ctx=48, d_vocab=d_vocab, init_std=0.5, seed=1)
     model = build_model(cfg)
     n = 24
-    ours = head_scores(model, n_seqs=3, seq_len=n, seed=5, batch_size=2)
+    ours = head_scores(model, n_seqs=3, seq_len=n, seed=5, batch_size=2).frame()
     tokens = repeated_tokens(d_vocab, 3, n, seed=5)
     _, cache = model.run_with_cache(tokens)
     T = 2 * n
@@ -147,7 +148,7 @@ def test_induction_score_is_transformer_lens_score_over_second_half_rows():
         cache["pattern", 1][0, 0], hd.get_induction_head_detection_pattern(tokens[0]),
         exclude_bos=False, exclude_current_token=False, error_measure="mul",
     )
-    ours = head_scores(model, n_seqs=1, seq_len=n, seed=3).iloc[2]["induction"]
+    ours = head_scores(model, n_seqs=1, seq_len=n, seed=3).frame().iloc[2]["induction"]
     assert full == pytest.approx(ours * n / (2 * n), abs=1e-5)
     assert 0.45 < full < 0.5
 
@@ -202,7 +203,7 @@ def test_head_scores_validates_inputs():
         head_scores(model, seq_len=9)
     with pytest.raises(ValueError, match="n_seqs=0"):
         head_scores(model, n_seqs=0, seq_len=4)
-    df = head_scores(model, n_seqs=2, seq_len=8)
+    df = head_scores(model, n_seqs=2, seq_len=8).frame()
     assert list(df.columns) == ["layer", "head", *SCORES, "copying", "label"] and len(df) == 2 * 4
 
 
@@ -248,7 +249,7 @@ def test_source_score_is_one_on_the_source_and_chance_when_uniform():
         return forced.to(pattern.dtype)
 
     with model.hooks(fwd_hooks=[("blocks.1.attn.hook_pattern", force)]):
-        df = task_induction_scores(model, task, tokens, batch_size=256).set_index(["layer", "head"])
+        df = task_induction_scores(model, task, tokens, batch_size=256).frame().set_index(["layer", "head"])
     assert list(df.reset_index().columns) == ["layer", "head", "score", "shuffled"]
     queries, sources = task.answer_sources(tokens)
     scored = sources[..., 0] >= 0
@@ -275,11 +276,11 @@ def test_source_scores_do_not_depend_on_batching():
     task = get_task("khop", hops=1, length=10, alphabet=3)
     tokens, _ = task.eval_set(24)
     model = _khop_model(task, init_std=0.5)  # far from uniform attention
-    whole = task_induction_scores(model, task, tokens, batch_size=64)
-    parts = task_induction_scores(model, task, tokens, batch_size=5)
+    whole = task_induction_scores(model, task, tokens, batch_size=64).table
+    parts = task_induction_scores(model, task, tokens, batch_size=5).table
     for column in ("score", "shuffled"):
         assert parts[column].tolist() == pytest.approx(whole[column].tolist())
-    assert task_induction_scores(model, task, tokens[:1])["shuffled"].isna().all()  # no other sequence
+    assert task_induction_scores(model, task, tokens[:1]).table["shuffled"].isna().all()  # no other sequence
 
 
 def test_source_score_counts_only_non_null_targets():
@@ -293,7 +294,7 @@ def test_source_score_counts_only_non_null_targets():
     pattern[:, :, :, 0] = 1  # every row on key 0 ...
     pattern[0, 0, 3], pattern[0, 0, 5], pattern[1, 0, 5] = torch.eye(t)[1], torch.eye(t)[2], torch.eye(t)[4]
     with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: pattern.to(p.dtype))]):
-        df = source_attention_scores(model, tokens, queries, sources)
+        df = source_attention_scores(model, tokens, queries, sources).frame()
     assert df["score"].item() == pytest.approx(1.0)  # ... except the scored rows, which hit their sources
     levels = source_chance(queries, sources, t)
     assert levels["rows"] == 3 and levels["chance"] == pytest.approx((1 / 4 + 1 / 6 + 1 / 6) / 3)
@@ -303,7 +304,7 @@ def test_source_score_counts_only_non_null_targets():
     # Two sources per query: the mass on either counts, once.
     pairs = torch.stack([sources, torch.where(sources >= 0, 0, -1)], dim=-1)  # add key 0 where scored
     with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: pattern.to(p.dtype))]):
-        assert source_attention_scores(model, tokens, queries, pairs)["score"].item() == pytest.approx(1.0)
+        assert source_attention_scores(model, tokens, queries, pairs).table["score"].item() == pytest.approx(1.0)
     levels = source_chance(queries, pairs, t)
     assert levels["chance"] == pytest.approx(2 * (1 / 4 + 1 / 6 + 1 / 6) / 3)
     assert levels["positional"] == pytest.approx(1.0)  # key 0 is a source of every scored row
@@ -333,8 +334,8 @@ def test_untrained_and_mixit_models_score_near_chance_on_khop():
     task = get_task("khop", hops=1, length=16, alphabet=6)
     tokens, _ = task.eval_set(64)
     for variant in ("standard", "mixit"):
-        df = task_induction_scores(_khop_model(task, variant), task, tokens)
-        chance = df.attrs["chance"]
+        result = task_induction_scores(_khop_model(task, variant), task, tokens)
+        df, chance = result.frame(), result.chance
         assert 0.06 < chance < 0.1  # two keys among 17..32 visible ones
         assert df["score"].max() < 2 * chance, variant  # nothing reads the source before training
 
@@ -362,14 +363,14 @@ def test_analyses_take_a_run_directory_or_checkpoint_path(tmp_path):
     model = _khop_model(task, init_std=0.2)
     run = _khop_run(tmp_path, task, model)
     tokens, mask = task.eval_set(32)
-    expected = head_scores(model, n_seqs=4, seq_len=4)
+    expected = head_scores(model, n_seqs=4, seq_len=4).frame()
     for path in (run, str(run / "checkpoint")):
-        pd.testing.assert_frame_equal(head_scores(path, n_seqs=4, seq_len=4), expected)
+        pd.testing.assert_frame_equal(head_scores(path, n_seqs=4, seq_len=4).frame(), expected)
     pd.testing.assert_frame_equal(attention_stats(str(run), tokens), attention_stats(model, tokens))
     assert ablate_heads(run, tokens, mask, "token", [(1, 2)]) == ablate_heads(model, tokens, mask, "token", [(1, 2)])
     # the task rebuilt from run.json, the tokens its first eval rows
     by_run = task_induction_scores(run / "checkpoint")  # checkpoint/ inside a run finds its run.json
-    pd.testing.assert_frame_equal(by_run, task_induction_scores(model, task, task.eval_set(512)[0]))
+    pd.testing.assert_frame_equal(by_run.frame(), task_induction_scores(model, task, task.eval_set(512)[0]).frame())
     with pytest.raises(ValueError, match="bare checkpoint"):
         task_induction_scores(model.save_pretrained(tmp_path / "bare"))  # a bare checkpoint has no task
     with pytest.raises(FileNotFoundError, match="missing"):
@@ -379,7 +380,7 @@ def test_analyses_take_a_run_directory_or_checkpoint_path(tmp_path):
 
 
 def test_head_ablation_takes_a_metric_callable():
-    from analysis.ablation import ablate_heads, head_ablation_result
+    from analysis.ablation import ablate_heads, head_ablation
 
     task = get_task("khop", hops=1, length=8, alphabet=6)
     model = _khop_model(task, init_std=0.2)
@@ -388,7 +389,7 @@ def test_head_ablation_takes_a_metric_callable():
     def last_logit(logits: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_vocab] -> scalar, TransformerLens style
         return logits[:, -2].gather(-1, tokens[:, -1:]).mean()
 
-    result = head_ablation_result(model, tokens, metric=last_logit, method="zero")
+    result = head_ablation(model, tokens, metric=last_logit, method="zero")
     table = result.frame()
     assert list(table.columns) == ["layer", "head", "metric", "delta_metric", "rank"] and len(table) == 8
     model.eval()
@@ -408,6 +409,52 @@ def test_head_ablation_takes_a_metric_callable():
     assert table["delta_metric"].is_monotonic_increasing and list(table["rank"]) == list(range(1, 9))  # biggest drop first
     assert ablate_heads(model, tokens, None, last_logit, [(1, 3)], "zero")["metric"] == pytest.approx(ablated, rel=1e-5)
     with pytest.raises(ValueError, match="scalar tensor"):
-        head_ablation_result(model, tokens, metric=lambda logits: logits[:, -1, 0])
+        head_ablation(model, tokens, metric=lambda logits: logits[:, -1, 0])
     with pytest.raises(ValueError, match="needs the mask"):
-        head_ablation_result(model, tokens, metric="token")
+        head_ablation(model, tokens, metric="token")
+
+
+# --------------------------------------------------------------------------- typed results and their .frame()
+@pytest.mark.filterwarnings("ignore::analysis.patching.PatchingWarning")  # an untrained model
+def test_each_analysis_frame_is_its_table_with_its_fields_in_attrs():
+    from analysis import ablation, heads, patching
+
+    task = get_task("khop", hops=1, length=8, alphabet=6)
+    model = _khop_model(task, init_std=0.2)
+    tokens, mask = task.eval_set(16)
+    queries, sources = task.answer_sources(tokens)
+    pairs = patching.patching_pairs(task, n=8, seed=1)
+
+    def check(result, kind, columns, attrs):
+        assert type(result) is kind
+        df = result.frame()
+        assert list(df.columns) == columns and len(df) == 2 * 4  # one row per (layer, head)
+        # the table's values under the frame's column names (a patching table's "value" is the metric's column)
+        pd.testing.assert_frame_equal(df, result.table.set_axis(columns, axis=1))
+        assert df.attrs == attrs and not result.table.attrs  # frame() copies: the table itself carries no attrs
+
+    r = heads.head_scores(model, n_seqs=4, seq_len=4)
+    check(r, heads.HeadScores, heads.COLUMNS, {
+        "n_seqs": 4, "seq_len": 4, "seed": 0, "chance": r.chance, "loss_by_position": r.loss_by_position,
+        "loss_first_half": r.loss_first_half, "loss_second_half": r.loss_second_half,
+        "in_context_drop": r.in_context_drop})
+    assert len(r.loss_by_position) == 7 and r.in_context_drop == pytest.approx(r.loss_first_half - r.loss_second_half)
+    r = heads.source_attention_scores(model, tokens, queries, sources)
+    check(r, heads.SourceScores, heads.SOURCE_COLUMNS,
+          {"chance": r.chance, "positional": r.positional, "rows": r.rows, "n_seqs": 16})
+    aligned = heads.task_induction_scores(model, task, tokens)
+    check(aligned, heads.SourceScores, heads.SOURCE_COLUMNS,
+          {"chance": r.chance, "positional": r.positional, "rows": r.rows, "n_seqs": 16, "hops": 1})
+    pd.testing.assert_frame_equal(aligned.table, r.table)  # the task's own answer sources
+    r = ablation.head_ablation(model, tokens, mask, "token", method="zero")
+    check(r, ablation.HeadAblation, ablation.COLUMNS, {"baseline_loss": r.baseline_loss,
+          "baseline_accuracy": r.baseline_accuracy, "method": "zero", "n_examples": 16})
+    r = ablation.head_ablation(model, tokens, metric=lambda logits: logits[:, -1, 0].mean(), method="zero")
+    check(r, ablation.HeadAblation, ablation.METRIC_COLUMNS,
+          {"baseline_metric": r.baseline_metric, "method": "zero", "n_examples": 16})
+    r = patching.head_patching(model, task, n=8, seed=1)
+    check(r, patching.HeadPatching, patching.COLUMNS,
+          {"clean_logit_diff": r.clean, "corrupted_logit_diff": r.corrupted, "metric": "logit_diff", "n_pairs": 8})
+    r = patching.patch_heads(model, pairs.clean, pairs.corrupted, metric=lambda logits: logits[:, -1, 0].mean())
+    check(r, patching.HeadPatching, ["layer", "head", "restored", "metric"],
+          {"clean_metric": r.clean, "corrupted_metric": r.corrupted, "metric": "<lambda>", "n_pairs": 8})

@@ -107,11 +107,12 @@ def test_ablating_the_induction_head_breaks_in_context_prediction():
     assert ablate_heads(model, tokens, mask, "token", heads=[(0, 0)], method="mean")["accuracy"] < 0.5
     # L1H1 writes nothing (W_O = 0): ablating it changes nothing.
     assert ablate_heads(model, tokens, mask, "token", heads=[(1, 1)], method="zero") == base
-    df = head_ablation(model, tokens, mask, "token", method="zero")
+    result = head_ablation(model, tokens, mask, "token", method="zero")
+    df = result.frame()
     assert list(df.columns) == ["layer", "head", "loss", "accuracy", "delta_loss", "delta_accuracy", "rank"]
     assert df["rank"].tolist() == [1, 2, 3, 4]
     assert {(r.layer, r.head) for r in df.head(2).itertuples()} == {(0, 0), (1, 0)}
-    assert df.attrs["baseline_accuracy"] == 1.0 and df["delta_loss"].iloc[-1] == 0
+    assert result.baseline_accuracy == 1.0 and df["delta_loss"].iloc[-1] == 0
     with pytest.raises(ValueError, match="head \\(2, 0\\) does not exist"):
         ablate_heads(model, tokens, mask, "token", heads=[(2, 0)])
     with pytest.raises(ValueError, match="method='half'"):
@@ -126,10 +127,10 @@ def test_head_ablation_of_a_classifier_uses_the_labels(tiny_cfg):
     mask = torch.ones_like(tokens, dtype=torch.bool)
     mask[:, 7:] = False  # padding
     labels = torch.randint(0, 3, (20,), generator=g)
-    df = head_ablation(model, tokens, mask, "label", labels=labels)
-    assert len(df) == 8 and df.attrs["n_examples"] == 20
+    result = head_ablation(model, tokens, mask, "label", labels=labels)
+    assert len(result.frame()) == 8 and result.n_examples == 20
     expected = torch.nn.functional.cross_entropy(model.classify(tokens, mask), labels).item()
-    assert df.attrs["baseline_loss"] == pytest.approx(expected, rel=1e-5)
+    assert result.baseline_loss == pytest.approx(expected, rel=1e-5)
     with pytest.raises(ValueError, match="pass the class labels"):
         head_ablation(model, tokens, mask, "label")
     with pytest.raises(ValueError, match="not a classifier"):

@@ -250,7 +250,7 @@ def test_head_tables_stored_or_computed(root, explorer_runs):
     assert ex.stored_head_table(root, explorer_runs["mixit"]) is None
     model = ex.load_run_model(root, explorer_runs["mixit"])
     computed, _ = ex.compute_head_table(model, n_seqs=4, seq_len=4)
-    pd.testing.assert_frame_equal(computed, head_scores(model, n_seqs=4, seq_len=4))
+    pd.testing.assert_frame_equal(computed, head_scores(model, n_seqs=4, seq_len=4).frame())
     grid = ex.score_grid(computed, "first_token")
     assert grid.shape == (2, 2)
     assert grid[1, 0] == computed.query("layer == 1 and head == 0")["first_token"].item()

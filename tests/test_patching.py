@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from analysis.patching import (
-    CALLABLE_ATOL, COLUMNS, LOGIT_DIFF_ATOL, PatchingWarning, head_patching, patch_heads, patch_heads_result,
-    patching_pairs, warn_if_near_equal,
+    CALLABLE_ATOL, COLUMNS, LOGIT_DIFF_ATOL, HeadPatching, PatchingWarning, head_patching, patch_heads, patching_pairs,
+    warn_if_near_equal,
 )
 from models import ModelConfig, build_model
 from training.tasks import get_task
@@ -55,8 +55,9 @@ def test_head_patching_equals_a_hand_written_patch(variant):
     task = get_task("retrieval", pairs=3, num_values=8)
     model = build_model(ModelConfig(variant=variant, d_model=32, n_layers=2, n_heads=4, n_ctx=task.seq_len,
                                     d_vocab=len(task.vocab), seed=0, init_std=0.2))
-    table = head_patching(model, task, n=16, seed=3)
-    assert len(table) == 8 and model.training  # the model's mode is restored
+    result = head_patching(model, task, n=16, seed=3)
+    table = result.frame()
+    assert isinstance(result, HeadPatching) and len(table) == 8 and model.training  # the model's mode is restored
     p = patching_pairs(task, n=16, seed=3)
     model.eval()
     _, cache = model.run_with_cache(p.clean)
@@ -66,7 +67,7 @@ def test_head_patching_equals_a_hand_written_patch(variant):
         return (at[torch.arange(16), p.clean_answer] - at[torch.arange(16), p.corrupted_answer]).mean().item()
 
     clean, corrupted = diff(model(p.clean)), diff(model(p.corrupted))
-    assert table.attrs["clean_logit_diff"] == pytest.approx(clean, rel=1e-5)
+    assert result.clean == pytest.approx(clean, rel=1e-5) and result.corrupted == pytest.approx(corrupted, rel=1e-5)
     layer, head = 1, 2
 
     def patch(z, hook):
@@ -107,9 +108,9 @@ def test_patch_heads_with_answer_tokens_is_head_patching():
     answers = torch.stack([p.clean_answer, p.corrupted_answer], dim=1)
     general = patch_heads(model, p.clean, p.corrupted, answer_tokens=answers, position=p.position)
     specific = head_patching(model, task, n=16, seed=3)
-    assert list(general.columns) == COLUMNS
-    pd.testing.assert_frame_equal(general, specific)
-    assert general.attrs["clean_logit_diff"] == specific.attrs["clean_logit_diff"]
+    assert list(general.frame().columns) == COLUMNS
+    pd.testing.assert_frame_equal(general.frame(), specific.frame())
+    assert (general.clean, general.corrupted, general.metric) == (specific.clean, specific.corrupted, "logit_diff")
 
 
 def test_patch_heads_takes_any_metric_callable_and_matches_a_hand_written_patch():
@@ -122,7 +123,7 @@ def test_patch_heads_takes_any_metric_callable_and_matches_a_hand_written_patch(
     def token_3_logprob(logits: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_vocab] -> scalar
         return logits[:, -1].log_softmax(-1)[:, 3].mean()
 
-    result = patch_heads_result(model, clean, corrupted, metric=token_3_logprob, rtol=0)  # log-probs: no zero
+    result = patch_heads(model, clean, corrupted, metric=token_3_logprob, rtol=0)  # log-probs: no zero
     table = result.frame()
     assert list(table.columns) == ["layer", "head", "restored", "metric"] and len(table) == 8
     assert table.attrs["metric"] == "token_3_logprob" and table.attrs["n_pairs"] == 8
@@ -176,24 +177,24 @@ def test_near_equal_threshold():
 def test_patching_warns_when_clean_and_corrupted_coincide():
     model, task = _retrieval_model(init_std=1e-4)  # an untrained model: both logit differences ~ 0
     with pytest.warns(PatchingWarning, match="nearly coincide") as record:
-        table = head_patching(model, task, n=8)
+        result = head_patching(model, task, n=8)
     assert len(record) == 1 and record[0].filename == __file__  # one line, pointing at the caller
     assert "\n" not in str(record[0].message)
-    assert abs(table.attrs["clean_logit_diff"]) < 0.1 and abs(table.attrs["corrupted_logit_diff"]) < 0.1
+    assert abs(result.clean) < 0.1 and abs(result.corrupted) < 0.1
     t = torch.zeros(2, 5, dtype=torch.long)
     with pytest.warns(PatchingWarning):  # a callable metric that cannot tell the two apart
         constant = patch_heads(model, t, t + 1, metric=lambda logits: logits.sum() * 0 + 1.0)
-    assert constant["restored"].isna().all()
+    assert constant.frame()["restored"].isna().all()
 
 
 @pytest.mark.filterwarnings("ignore::analysis.patching.PatchingWarning")  # an untrained model
 def test_head_patching_takes_a_run_directory(tmp_path):
     model, task = _retrieval_model()
     run = _run_dir(tmp_path, model, task)
-    expected = head_patching(model, task, n=8, seed=1)
+    expected = head_patching(model, task, n=8, seed=1).frame()
     for path in (run, str(run), run / "checkpoint"):
-        pd.testing.assert_frame_equal(head_patching(path, n=8, seed=1), expected)
+        pd.testing.assert_frame_equal(head_patching(path, n=8, seed=1).frame(), expected)
     bare = model.save_pretrained(tmp_path / "bare")
     with pytest.raises(ValueError, match="bare checkpoint"):
         head_patching(bare, n=8)
-    pd.testing.assert_frame_equal(head_patching(bare, task, n=8, seed=1), expected)
+    pd.testing.assert_frame_equal(head_patching(bare, task, n=8, seed=1).frame(), expected)
