@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce demo test test-fast venv clean
+.PHONY: reproduce demo test test-fast gpu-check venv clean
 
 venv: $(VENV)/.installed
 
@@ -35,5 +35,15 @@ test: venv
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The CUDA path, run once (benchmarks/gpu_check.py): device tests, a short bf16 run of every paper-preset shape with
+# its step time, a one-process torchrun (NCCL), and the CUDA-trained runs analysed and opened in the explorer on the
+# CPU. Without a GPU it runs the same steps on the CPU at tiny sizes (the dry form, about 4 minutes on 2 cores).
+gpu-check: venv
+	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
+		$(BIN)/python benchmarks/gpu_check.py all --out gpu-check; \
+	else \
+		echo "no CUDA device: the dry form, on the CPU"; $(BIN)/python benchmarks/gpu_check.py all --dry --out gpu-check; \
+	fi
+
 clean:
-	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick figures/out/quick
+	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick figures/out/quick gpu-check

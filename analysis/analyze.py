@@ -175,8 +175,10 @@ def _signal(ctx: AnalysisContext) -> AnalysisResult:
 
 def _memorizes(task: Any) -> bool:
     """Whether `task` is a memorisation task (its class's `eval_is_train`: the eval set is the whole training
-    set), whose memorized bits analysis.memory counts."""
-    return task is not None and type(task).eval_is_train
+    set), whose memorized bits analysis.memory counts (the one test: analysis.memory.is_memorization_task)."""
+    from .memory import is_memorization_task
+
+    return task is not None and is_memorization_task(task)
 
 
 def _memory_applies(ctx: AnalysisContext) -> str | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 import torch
@@ -63,6 +63,12 @@ def bits_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
     return {"examples": n, "labels": k, "accuracy": accuracy, "bits": bits, "max_bits": n * math.log2(k)}
 
 
+def is_memorization_task(task: Any) -> bool:
+    """Whether memorized bits apply to `task`: its class says its eval set is the whole training set
+    (`Task.eval_is_train`, as `memorize`'s), never its name, so a task of your own can be one."""
+    return bool(getattr(type(task), "eval_is_train", False))
+
+
 @torch.no_grad()
 def memorized_bits(
     model: ModelOrPath,
@@ -78,8 +84,9 @@ def memorized_bits(
     Args:
         model: a models.Transformer with an unembedding; it stays on its device. Or a run directory /
             checkpoint path: given neither task nor tokens, the run's own task is rebuilt.
-        task: a `memorize` task (training.get_task("memorize", n=..., d=...)): all its n^d keys
-            are scored, labels are its n label tokens. Other tasks are refused; pass data instead.
+        task: a memorization task (its class's `eval_is_train`, e.g. training.get_task("memorize", n=..., d=...)):
+            its whole eval set (memorize: all n^d keys) is scored over its `label_ids` (memorize: its n label
+            tokens; a task without a label set: the whole vocabulary). Other tasks are refused; pass data instead.
         tokens, mask: any other labelled dataset, int64 / bool [N, pos] as the tasks produce them
             (mask marks the label tokens; logits at t - 1 predict tokens[t]). Each marked token is
             one example.
@@ -96,14 +103,15 @@ def memorized_bits(
     if task is not None:
         if tokens is not None or mask is not None:
             raise ValueError("pass either a task or tokens and mask, not both")
-        if getattr(task, "name", None) != "memorize":
+        if not is_memorization_task(task):
             raise ValueError(
-                f"memorized_bits: task {getattr(task, 'name', task)!r} is not a memorization task; "
-                "use a 'memorize' task, or pass tokens, mask (and label_ids) of a labelled dataset"
+                f"memorized_bits: task {getattr(task, 'name', task)!r} is not a memorization task (its class's "
+                "eval_is_train is False: it is evaluated on held-out rows, not on what it trained on); use a task "
+                "such as 'memorize', or pass tokens, mask (and label_ids) of a labelled dataset"
             )
         tokens, mask = task.eval_set()
         if label_ids is None:
-            label_ids = torch.arange(task.label0_id, task.label0_id + task.n)
+            label_ids = task.label_ids  # the task's label set (None: the whole vocabulary)
     elif tokens is None or mask is None:
         raise ValueError("memorized_bits needs a memorize task, or both tokens and mask")
     if tokens.shape != mask.shape or tokens.ndim != 2:

@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from models import VARIANTS, ModelConfig, build_model  # noqa: E402
 from reproduce.preset import load_preset  # noqa: E402
 from training.tasks import TASKS, get_task  # noqa: E402
+from training.sweep import grid_extra, variant_entry  # noqa: E402
 from training.trainer import TrainConfig, autocast_for  # noqa: E402
 
 
@@ -53,9 +54,11 @@ def study_runs(preset) -> dict[str, list[tuple[TrainConfig, ModelConfig]]]:
     for name, spec in preset.studies.items():
         variants = list(VARIANTS) if spec.variants == ["all"] else spec.variants
         runs = []
-        for variant, task, size, seed, lr in itertools.product(variants, spec.tasks, spec.sizes, spec.seeds, spec.lrs):
+        for entry, task, size, seed, lr in itertools.product(variants, spec.tasks, spec.sizes, spec.seeds, spec.lrs):
+            variant, grid = variant_entry(entry)  # a name, or a grid model {name: {freeze: ..., attention: ...}}
             task_name, params = (task, {}) if isinstance(task, str) else next(iter(task.items()))
             train = {**preset.train, **spec.train}
+            train["model_extra"] = grid_extra(train.get("model_extra", {}), grid)
             cfg = TrainConfig(task=task_name, task_params=params or {}, variant=variant, seed=seed, lr=lr,
                               **size, **train)
             n_ctx, vocab, classes = shape_of(task_name, params or {})

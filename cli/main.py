@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from models import VARIANTS, CheckpointError
 from training.sweep import one_line_warnings
-from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunLocked, is_run_dir
+from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunDamaged, RunLocked, is_run_dir
 from training.tasks import TASKS, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
@@ -33,7 +33,7 @@ from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingD
 from . import analyze, app, figures, reproduce
 from .common import (
     EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, CLIError, Terminated, stop_on_sigterm, OneLineParser, add_executor_options, executor_from_args,
-    input_errors, os_error_line, path_arg,
+    check_output_dir, input_errors, os_error_line, path_arg,
 )
 
 DEFAULTS = TrainConfig()  # the one set of training defaults: every option below that sets a field starts here
@@ -111,6 +111,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    parser.add_argument("--micro-batch-size", type=int, default=DEFAULTS.micro_batch_size, metavar="ROWS",
+                        help="accumulate each batch's gradient over slices of ROWS rows, to fit a GPU's memory "
+                             "(the same run up to float rounding; default: the whole batch at once)")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps, help="default: 5%% of --steps")
     parser.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     parser.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
@@ -150,16 +153,16 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or key not in defaults:
-            raise CLIError(f"--model-option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(defaults))}")
+            raise ValueError(f"--model-option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(defaults))}")
         if key in out:
-            raise CLIError(f"--model-option {pair!r}: {key} is already set ({key}={out[key]!r}); give each key once")
+            raise ValueError(f"--model-option {pair!r}: {key} is already set ({key}={out[key]!r}); give each key once")
         parsed, default = load_yaml(value), defaults[key]
         number = (int, float)
         if (isinstance(default, bool) and not isinstance(parsed, bool)) or (
                 isinstance(default, number) and not isinstance(default, bool)
                 and (not isinstance(parsed, number) or isinstance(parsed, bool))):
             kind = "true or false" if isinstance(default, bool) else "a number"
-            raise CLIError(f"--model-option {pair!r}: {key} must be {kind}")
+            raise ValueError(f"--model-option {pair!r}: {key} must be {kind}")
         out[key] = parsed
     return out
 
@@ -171,15 +174,17 @@ def _comma_list(option: str, value: Any) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CLIError(f"{option}={value!r} must be comma-separated names")
+        raise ValueError(f"{option}={value!r} must be comma-separated names")
     return [e.strip() for v in value for e in v.split(",") if e.strip()]
 
 
 def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
     extra = {"causal": False} if args.bidirectional else {}
-    extra.update(_model_options(getattr(args, "model_option", [])))
-    # The trainability grid on top of --variant: every --freeze and a --model-option freeze=... add up.
-    freeze = [*_comma_list("--model-option freeze", extra.get("freeze")), *_comma_list("--freeze", getattr(args, "freeze", None))]
+    with input_errors(args.command):  # one line, `mixit COMMAND: error: ...`
+        extra.update(_model_options(getattr(args, "model_option", [])))
+        # The trainability grid on top of --variant: every --freeze and a --model-option freeze=... add up.
+        freeze = [*_comma_list("--model-option freeze", extra.get("freeze")),
+                  *_comma_list("--freeze", getattr(args, "freeze", None))]
     if freeze:
         extra["freeze"] = list(dict.fromkeys(freeze))  # in order, each once
     attention = getattr(args, "attention", None)
@@ -192,6 +197,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
         return TrainConfig(
             steps=args.steps,
             batch_size=args.batch_size,
+            micro_batch_size=args.micro_batch_size,
             warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay,
             grad_clip=args.grad_clip,
@@ -222,8 +228,8 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
                         for d, n, h in itertools.product(args.d_model, args.n_layers, args.n_heads)]
     if "--lr" in given or args.grid is None:
         out["lrs"] = args.lr
-    fields = ("steps", "batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every", "eval_samples",
-              "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
+    fields = ("steps", "batch_size", "micro_batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every",
+              "eval_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
     out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}
@@ -310,6 +316,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
     )
     with input_errors("train"):
+        check_output_dir("--out", args.out)  # a file, below a file, read-only, not creatable (/proc/...): one line
         # Validate the task, the model shape and the tracker before writing the run directory
         # (the token cache is where train() looks for it).
         task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
@@ -326,7 +333,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _launch_torchrun(args)
     try:  # what train() refuses before its first step: the run directory given is not one it may (re)start
         summary = train(cfg, args.out, resume=args.resume, progress=not args.quiet, tracker=args.tracker)
-    except (FileExistsError, SettingsChanged, RunLocked, CheckpointError) as e:
+    except (FileExistsError, SettingsChanged, RunDamaged, RunLocked, CheckpointError) as e:
         folder = isinstance(e, FileExistsError) and not is_run_dir(args.out) and _folder_of_runs(args.out)
         raise CLIError(f"mixit train: error: {args.out} is not a run; {folder}" if folder else f"mixit train: error: {e}") from None
     if Ranks.from_env().main:  # under torchrun, rank 0 speaks for the run
@@ -354,10 +361,10 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
 
     if args.nproc < 1:
         raise CLIError(f"mixit train: error: --nproc={args.nproc} must be >= 1")
-    if Ranks.from_env().size > 1:
-        raise CLIError("--nproc: already running under torchrun; drop --nproc")
+    if Ranks.from_env().launched:
+        raise CLIError("mixit train: error: --nproc: already running under torchrun; drop --nproc")
     if args.batch_size % args.nproc:
-        raise CLIError(f"--batch-size={args.batch_size} must be divisible by --nproc={args.nproc}")
+        raise CLIError(f"mixit train: error: --batch-size={args.batch_size} must be divisible by --nproc={args.nproc}")
     limit, what = _process_limit(args.device)
     if args.nproc > limit:
         raise CLIError(f"mixit train: error: --nproc={args.nproc} is more than the {limit} {what} of this machine; "
@@ -381,6 +388,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from training.sweep import build_grid, run_sweep
 
     with input_errors("sweep"):
+        check_output_dir("--out", args.out)  # a file, below a file, read-only: before anything runs (--dry-run too)
         # the token cache is shared by the runs, which live in args.out
         runs = build_grid(args.grid, _grid_overrides(args, args.argv), cache_dir=args.out / DATA_CACHE_DIR)
     if args.dry_run:
@@ -397,7 +405,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
             summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)
-    except (SettingsChanged, RunLocked) as e:  # before any run trains: other settings, or another sweep in args.out
+    except (SettingsChanged, RunDamaged, RunLocked) as e:  # before any run trains: other settings, a run.json cut
+        # short, or another sweep in args.out
         raise CLIError(f"mixit sweep: error: {e}") from None
     columns = [c for c in ("run", "status", "step", "eval_loss", "eval_acc", "params_trainable", "tokens_per_s")
                if c in summary]

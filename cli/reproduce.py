@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .common import (
-    EXIT_FAILED, EXIT_OK, add_executor_options, check_output_dir, executor_from_args, input_errors, path_arg,
+    EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, check_output_dir, executor_from_args, input_errors, path_arg,
     stop_on_sigterm,
 )
 
@@ -72,11 +72,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
         print(f"{len(plan.runs)} runs into {out}")
         return 0
-    with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
-        manifest = reproduce(
-            preset, out, report_dir, figures_dir,
-            workers=args.workers, executor=executor, tracker=args.tracker, progress=not args.quiet, plan=plan,
-        )
+    from training.rundir import RunLocked
+
+    try:
+        with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
+            manifest = reproduce(
+                preset, out, report_dir, figures_dir,
+                workers=args.workers, executor=executor, tracker=args.tracker, progress=not args.quiet, plan=plan,
+            )
+    except RunLocked as e:  # another reproduction or sweep holds the runs folder: refused before anything is written
+        raise CLIError(f"mixit reproduce: error: {e}") from None
     return _exit_status(manifest)
 
 

@@ -60,7 +60,10 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     file (a write to a full disk) is raised again naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    except OSError as e:  # a full or read-only disk: name the file the user knows, not the hidden temporary one
+        raise _naming(e, [], path) from e
     try:
         _usual_mode(Path(tmp), directory=False)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
@@ -68,9 +71,7 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         os.replace(tmp, path)
     except OSError as e:  # a write or close names no file (a full disk): name the one being written
         Path(tmp).unlink(missing_ok=True)
-        if e.filename is None and e.errno is not None:
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        raise
+        raise _naming(e, [Path(tmp)], path) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -113,29 +114,60 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    except OSError as e:  # a full or read-only disk: name the directory the user knows
+        raise _naming(e, [], path) from e
+    hidden = [tmp]  # the hidden names of this directory, which an error shows as `path`
     try:
         _usual_mode(tmp, directory=True)
         yield tmp
         _fsync_tree(tmp)
         new = tmp.with_name(tmp.name.replace(".tmp-", ".new-", 1))
+        hidden.append(new)
         os.replace(tmp, new)  # complete from here on
         tmp = new
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            hidden += [old / path.name, old]
             os.replace(path, old / path.name)
             os.replace(new, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(new, path)
-    except OSError as e:  # a write that names no file (a full disk): name the directory being written
+    except OSError as e:  # a write that names no file (a full disk), or a file in the hidden copy: name `path`
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.filename is None and e.errno is not None:
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        raise
+        raise _naming(e, hidden, path) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _naming(error: OSError, hidden: list[Path], path: Path) -> OSError:
+    """`error` as the user should read it: naming `path` where it names none, one of the `hidden` temporary names of
+    `path` (`.NAME.tmp-*`, ...) or a temporary sibling of `path` (the file or folder the user knows, e.g.
+    RUN/checkpoint/model.safetensors instead of RUN/.checkpoint.tmp-x1y2/model.safetensors); itself otherwise."""
+    if error.errno is None:
+        return error
+
+    def shown(name: Any) -> Any:
+        if name is None:
+            return None
+        here = Path(os.fsdecode(name))
+        for place in hidden:
+            if here == place or place in here.parents:
+                return str(path / here.relative_to(place))
+        if here.parent == path.parent and here.name.startswith(f".{path.name}."):  # a temporary sibling
+            return str(path)
+        return os.fsdecode(name)
+
+    filename = str(path) if error.filename is None else shown(error.filename)
+    filename2 = shown(error.filename2)
+    if filename2 == filename:  # a rename of the hidden copy onto `path`
+        filename2 = None
+    if (filename, filename2) == (error.filename, error.filename2):
+        return error
+    return OSError(error.errno, error.strerror, filename, None, filename2)
 
 
 def recover_directory(path: str | Path) -> bool:

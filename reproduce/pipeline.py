@@ -16,6 +16,7 @@ Layout of `out` (the runs directory that figures, the report and the explorer re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,8 +32,8 @@ from analysis.analyze import AnalysisOptions
 from models import ModelConfig
 from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY,
-    SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, write_json,
-    write_runs_table,
+    SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, run_lock,
+    write_json, write_runs_table,
 )
 from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
@@ -465,24 +466,53 @@ def reproduce(
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     executor = executor or Executor(workers=workers)
-    options = AnalysisOptions.from_dict(preset.analysis)  # the preset was checked whole when it loaded
     started = time.time()
     plan = plan or plan_reproduction(preset, out, text_files, sentiment_files, hub_check)
-    for choice in plan.text.values():
-        log(("note: " if choice.skipped else "text: ") + choice.note)
-    previous = _previous_manifest(out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = _start_manifest(preset, plan, started, workers, executor, report_dir, figures_dir)
-    write_json(out / MANIFEST, manifest)
-    record_last_study(out, report_dir, figures_dir, preset.name)
-    timings = manifest["timings_s"]
+    # One reproduction (or sweep) at a time in a runs folder, the sweep's lock: another is refused at once
+    # (RunLocked, naming its PID) before it writes anything, so each run is trained once and the summaries, the
+    # manifest and the report are the finishing reproduction's.
+    with run_lock(out):
+        for choice in plan.text.values():
+            log(("note: " if choice.skipped else "text: ") + choice.note)
+        previous = _previous_manifest(out)
+        for study in preset.studies:  # written after training: an interrupted reproduction leaves none
+            (out / study / RUNS_SUMMARY).unlink(missing_ok=True)
+        manifest = _start_manifest(preset, plan, started, workers, executor, report_dir, figures_dir)
+        write_json(out / MANIFEST, manifest)
+        record_last_study(out, report_dir, figures_dir, preset.name)
+        stages = _Stages(manifest)
+        try:
+            _run_stages(preset, plan, out, report_dir, figures_dir, previous, manifest, stages,
+                        started=started, workers=workers, executor=executor, tracker=tracker, progress=progress,
+                        log=log)
+        except BaseException as e:  # a write that failed, a bug, Ctrl-C: reproduce.json says so, not "running"
+            _record_stop(out, manifest, stages.current, e, started)
+            raise
+    return manifest
 
-    def stage(name: str, fn: Callable[[], Any]) -> Any:
+
+class _Stages:
+    """Runs the pipeline's stages, timing each into the manifest's timings_s and remembering which one runs."""
+
+    def __init__(self, manifest: dict[str, Any]) -> None:
+        self.timings = manifest["timings_s"]
+        self.current: str | None = None
+
+    def __call__(self, name: str, fn: Callable[[], Any]) -> Any:
+        self.current = name
         t0 = time.perf_counter()
         result = fn()
-        timings[name] = round(time.perf_counter() - t0, 1)
+        self.timings[name] = round(time.perf_counter() - t0, 1)
+        self.current = None
         return result
 
+
+def _run_stages(preset: Preset, plan: Plan, out: Path, report_dir: Path, figures_dir: Path, previous: dict[str, Any],
+                manifest: dict[str, Any], stage: _Stages, *, started: float, workers: int, executor: Executor,
+                tracker: str | None, progress: bool, log: Callable[[str], None]) -> None:
+    """Every stage of `reproduce`, in order, filling `manifest` (written to out/reproduce.json at the end)."""
+    options = AnalysisOptions.from_dict(preset.analysis)  # the preset was checked whole when it loaded
     trained = stage("train", lambda: train_stage(plan, executor, progress, log, tracker))
     failed_analyses = stage("analyze", lambda: analysis_stage(trained, out, options, workers, progress, log))
     if "signal" not in preset.skip:
@@ -510,7 +540,23 @@ def reproduce(
     verdicts = (f"{sum(f['holds'] for f in measured)} of {len(measured)} measured findings hold" if measured
                 else "no paper finding measured")
     log(f"report: {report_dir / REPORT_FILE} ({verdicts}); wall time {manifest['wall_s']:.0f}s")
-    return manifest
+
+
+def _record_stop(out: Path, manifest: dict[str, Any], stage: str | None, error: BaseException, started: float) -> None:
+    """Write reproduce.json as a reproduction that stopped: status "interrupted" (Ctrl-C, SIGTERM) or "failed", the
+    stage it stopped in and why (one line), so the file never says "running" of a reproduction that is over. Best
+    effort: a disk that cannot take it (the reason it stopped, perhaps) leaves the error to be reported as it is."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        reason = f"{error.filename}: {error.strerror}"
+    else:
+        reason = " ".join(str(error).split()) or type(error).__name__
+    manifest.update(status="interrupted" if interrupted else "failed", stopped_in=stage,
+                    error=None if interrupted else f"{type(error).__name__}: {reason}",
+                    wall_s=round(time.time() - started, 1))
+    manifest.pop("findings", None)
+    with contextlib.suppress(OSError):
+        write_json(out / MANIFEST, manifest)
 
 
 def _start_manifest(preset: Preset, plan: Plan, started: float, workers: int, executor: Executor,

@@ -55,6 +55,27 @@ def test_memorized_bits_refuses_other_tasks(tiny_cfg):
         memorized_bits(model)
 
 
+def test_memorized_bits_decides_by_the_task_class_not_its_name(tiny_cfg):
+    """A memorization task is one whose class says `eval_is_train`, whatever its name; its label set is its
+    `label_ids`. (Was: the name "memorize" decided, so a task of your own was refused and an impostor accepted.)"""
+    from training.tasks.algorithmic import Addition, Memorize
+
+    class MyMemorize(Memorize):
+        name = "my_memorize"
+
+    class NamedMemorize(Addition):
+        name = "memorize"
+
+    mine = MyMemorize(n=4, d=2, label_tokens="keys")
+    assert mine.label_ids == [0, 1, 2, 3]
+    model = build_model(tiny_cfg(d_vocab=mine.d_vocab, n_ctx=mine.seq_len))
+    row = memorized_bits(model, mine).iloc[0]
+    assert row["examples"] == 16 and row["labels"] == 4
+    with pytest.raises(ValueError, match="task 'memorize' is not a memorization task"):
+        memorized_bits(build_model(tiny_cfg(d_vocab=24, n_ctx=13)), NamedMemorize(digits=3))
+    assert get_task("addition", digits=2).label_ids is None  # no label set: the whole vocabulary
+
+
 def test_capacity_sweep_trains_each_size_once(tmp_path):
     kw = dict(d=2, d_model=16, n_layers=1, n_heads=2, steps=20, batch_size=16, lr=1e-2)
     df = capacity_sweep("standard", [3, 2], tmp_path, **kw)

@@ -237,7 +237,15 @@ def test_one_head_score_vocabulary():
 
 
 # --------------------------------------------------------------------------- facts about a task
-TASK_NAME_DECISIONS_CHECKED = ("analysis/analyze.py", "cli/main.py", "cli/analyze.py")
+TASK_NAME_DECISIONS_CHECKED = ("analysis/analyze.py", "analysis/memory.py", "cli/main.py", "cli/analyze.py")
+
+
+def _is_name(node: ast.AST) -> bool:
+    """`x.name` or `getattr(x, "name", ...)`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "name"
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "name")
 
 
 def test_analysis_decides_by_task_class_attributes_not_names():
@@ -245,7 +253,7 @@ def test_analysis_decides_by_task_class_attributes_not_names():
     that ask for facts (selecting runs by name, elsewhere, is allowed)."""
     for relative in TASK_NAME_DECISIONS_CHECKED:
         for node in ast.walk(ast.parse((ROOT / relative).read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "name":
+            if isinstance(node, ast.Compare) and _is_name(node.left):
                 literals = [c for c in node.comparators if isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set))]
                 assert not literals, f"{relative}:{node.lineno} decides by task name; ask the task class"
 

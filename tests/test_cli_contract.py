@@ -151,7 +151,8 @@ CASES = [
     ("qk init std on mixit", ["train", "--task", "addition", "--variant", "mixit", "--out", "{tmp}/r",
                               "--model-option", "qk_init_std=0.1"], "qk_init_std=0.1 has no effect on variant mixit"),
     ("a model option twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "init_std=0.1",
-                              "--model-option", "init_std=0.2"], "init_std is already set"),
+                              "--model-option", "init_std=0.2"],
+     "mixit train: error: --model-option 'init_std=0.2': init_std is already set"),
     ("extra that is not a mapping", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "extra=5"],
      "extra=5 must be a mapping"),
     ("an infinite init std", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "init_std=1e400"],
@@ -164,7 +165,24 @@ CASES = [
      "model_extra residual_scale=0.5 has no effect on any model of this grid"),
     ("a sweep's duplicate runs", ["sweep", "{tmp}/dup.yaml", "--dry-run"],
      "grid has duplicate runs: addition__standard+freeze-v__"),
+    # A run.json cut short is named with what to do, never a traceback (was: a 21-line JSONDecodeError traceback)
+    ("a damaged run.json, train --resume", ["train", "--task", "addition", "--out", "{tmp}/damaged/run", "--resume",
+                                           *SMALL], "{tmp}/damaged/run/run.json: cannot read run description"),
+    ("a damaged run.json in a sweep", ["sweep", "--tasks", "addition", "--out", "{tmp}/damaged", *SMALL[:-1]],
+     "run.json: cannot read run description (JSONDecodeError"),
+    # A sweep's --out is checked before anything runs, --dry-run too (as mixit reproduce's output folders)
+    ("a sweep into a file, dry run", ["sweep", "--tasks", "addition", "--out", "{tmp}/afile", "--dry-run"],
+     "--out {tmp}/afile is not a directory"),
+    ("a sweep into a file", ["sweep", "--tasks", "addition", "--out", "{tmp}/afile", *SMALL[:-1]],
+     "--out {tmp}/afile is not a directory"),
+    ("a sweep below a file", ["sweep", "--tasks", "addition", "--out", "{tmp}/afile/sub", "--dry-run"],
+     "--out {tmp}/afile/sub is not a directory (its parent {tmp}/afile is a file)"),
 ]
+if Path("/proc/self").is_dir():
+    CASES.append(("a run into /proc", ["train", "--task", "addition", "--out", "/proc/mixit-run", *SMALL],
+                  "--out /proc/mixit-run cannot be written"))
+    CASES.append(("a sweep into /proc", ["sweep", "--tasks", "addition", "--out", "/proc/mixit-sweep", "--dry-run"],
+                  "--out /proc/mixit-sweep cannot be written"))
 if not torch.cuda.is_available():
     CASES.append(("a GPU that is not there", ["train", "--task", "addition", "--out", "{tmp}/r", "--device", "cuda"],
                   "cuda"))
@@ -197,13 +215,21 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
         build_model(tiny).save_pretrained(tmp_path / "ckpt")
     (tmp_path / "lm.txt").write_text(generated_corpora["lm"].read_text())
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
+    if "{tmp}/damaged" in " ".join(argv):  # a run cut short: its run.json half written, as a killed copy leaves it
+        from training.sweep import run_name
+        from training.trainer import TrainConfig
+
+        cfg = TrainConfig(task="addition", d_model=16, n_layers=1, n_heads=2, steps=2)
+        for run in (tmp_path / "damaged" / "run", tmp_path / "damaged" / run_name(cfg)):
+            run.mkdir(parents=True)
+            (run / "run.json").write_text('{"train": {"task": "addi')
     if named == "steps":  # the runs folder holds a run of the preset trained with other settings
         _stale_run(tmp_path)
     done = mixit([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == EXIT_USAGE, done.stderr[-1500:]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-1500:]
-    assert named in lines[0], lines[0]
+    assert named.replace("{tmp}", str(tmp_path)) in lines[0], lines[0]
     assert not (tmp_path / "r").exists(), "a refused start must not leave a run directory"
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from training.parallel import torchrun_command
 from training.trainer import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +78,22 @@ def test_two_processes_train_the_same_run_as_one(two_process_run, tmp_path):
     assert a[-1]["loss"] < 0.8 * a[0]["loss"]  # it trained
     assert_close_weights(one, two_process_run, atol=1e-4)
     summary = json.loads((two_process_run / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["processes"] == 2
+    assert summary["status"] == "finished" and summary["processes"] == 2 and summary["backend"] == "gloo"
+    assert json.loads((one / "summary.json").read_text())["backend"] is None  # alone: no process group
+
+
+def test_one_process_under_torchrun_forms_a_group_and_trains_the_same_run(two_process_run, tmp_path):
+    """torchrun with one process goes through the process group and DistributedDataParallel (gloo here, NCCL on
+    a GPU: the path N GPUs take), and trains the same run as two processes, in micro-batches of 5 rows too (the
+    gradients exchanged on the last slice only)."""
+    one = tmp_path / "torchrun-one"
+    argv = ["cli", "train", *ARGS, "--micro-batch-size", "5", "--out", str(one)]
+    finish(subprocess.Popen(torchrun_command(1, argv), cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    summary = json.loads((one / "summary.json").read_text())
+    assert summary["processes"] == 1 and summary["backend"] == "gloo"
+    for ra, rb in zip(records(one), records(two_process_run)):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4, abs=1e-6), ra["step"]
 
 
 def kill_tree(proc: subprocess.Popen) -> None:

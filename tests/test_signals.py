@@ -1,6 +1,6 @@
-"""SIGTERM and Ctrl-C to `mixit sweep` and `mixit reproduce` stop every worker, keep finished runs, say how to continue
-and exit 143 / 130, with no traceback (after a SIGKILL of the command, its workers end themselves); a second sweep
-into a folder in use is refused at once (docs/promises.md).
+"""SIGTERM and Ctrl-C to `mixit sweep` (on the local pool or `--executor ray`) and `mixit reproduce` stop every worker,
+keep finished runs, say how to continue and exit 143 / 130, with no traceback (after a SIGKILL of the command, its
+workers end themselves); a second sweep or reproduction into a folder in use is refused at once (docs/promises.md).
 
 Each test starts the real command (two workers, tiny runs of a few seconds), signals it once its first run has
 finished, and then looks for every process it had started (/proc: Linux only).
@@ -44,9 +44,9 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _start(argv: list[str]) -> subprocess.Popen:
+def _start(argv: list[str], cwd: Path = ROOT) -> subprocess.Popen:
     """The real `mixit ARGV` in a session of its own, so that a Ctrl-C can go to its process group as a terminal's."""
-    return subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    return subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_default_signals)
 
@@ -187,3 +187,59 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused_at_once(tmp_path):
     assert first.returncode == EXIT_OK, err[-3000:]
     summary = (out / RUNS_SUMMARY).read_text()
     assert summary.count("finished") == 4 and "stale" not in summary
+
+
+@pytest.mark.parametrize("sig, group, code", [(signal.SIGTERM, False, EXIT_TERMINATED),
+                                              (signal.SIGINT, True, EXIT_INTERRUPTED)], ids=["sigterm", "ctrl-c"])
+def test_a_signal_stops_a_ray_sweep_and_its_tasks_and_the_rerun_finishes_it(tmp_path, sig, group, code):
+    # Was: ray.init took SIGTERM over: a C++ stack dump and SIGABRT (exit 134), no resume hint.
+    pytest.importorskip("ray")
+    out = tmp_path / "sweep"
+    argv = [*SWEEP, "--executor", "ray", "--out", str(out)]
+    proc = _start(argv)
+    seen, done = _signal_after_the_first_run(proc, out, sig, group)
+    kept = {run: (run / SUMMARY_FILE).read_bytes() for run in done}
+    _check_stopped(proc, seen, code)  # Ray's own processes (its GCS, raylet, the workers) are gone too
+    assert _finished(out) >= done and len(_finished(out)) < 4 and not (out / RUNS_SUMMARY).exists()
+
+    again = subprocess.run([sys.executable, "-m", "cli", *SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert again.returncode == EXIT_OK, again.stderr[-3000:]
+    assert len(_finished(out)) == 4 and {run: (run / SUMMARY_FILE).read_bytes() for run in done} == kept
+
+
+def test_a_second_reproduction_into_a_folder_in_use_is_refused_at_once(tmp_path):
+    # Was: no lock; the second trained beside the first ("running elsewhere"), exit 1, a stale summary and report.
+    (tmp_path / "tiny.yaml").write_text(PRESET)
+    out = tmp_path / "runs"
+    (out / "s").mkdir(parents=True)
+    (out / "s" / RUNS_SUMMARY).write_text("run,status\nold,stale\n")  # a summary from before: it must not survive
+
+    def argv(name: str) -> list[str]:
+        return ["reproduce", "--preset", "tiny.yaml", "--out", "runs", "--report-dir", f"report-{name}",
+                "--figures-dir", f"figures-{name}", "--workers", "2", "--quiet"]
+
+    first = _start(argv("first"), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob(f"s/*/{LOCK_FILE}")):  # the first holds the folder and is training
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+            time.sleep(0.2)
+        manifest = (out / "reproduce.json").read_bytes()
+        second = subprocess.run([sys.executable, "-m", "cli", *argv("second")], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert second.returncode == EXIT_USAGE, second.stderr[-3000:]
+        assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
+        assert str(out) in second.stderr or "runs is being written" in second.stderr
+        assert f"PID {first.pid}" in second.stderr and second.stdout == ""
+        assert (out / "reproduce.json").read_bytes() == manifest  # the second wrote nothing
+        _, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert first.returncode == EXIT_OK, err[-3000:]
+    summary = (out / "s" / RUNS_SUMMARY).read_text()
+    assert summary.count("finished") == 4 and "stale" not in summary and "running elsewhere" not in summary
+    assert json.loads((out / "reproduce.json").read_text())["report_dir"] == "report-first"
+    assert (tmp_path / "report-first" / "report.md").is_file()
+    assert not (tmp_path / "report-second").exists() and not (tmp_path / "figures-second").exists()

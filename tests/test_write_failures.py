@@ -107,7 +107,9 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(small_disk, tmp_path)
     done = mixit(["train", *TRAIN_ARGS, "--d-model", "64", "--n-layers", "2", "--steps", "10", "--out", str(run)],
                  tmp_path)
     assert done.returncode == EXIT_USAGE
-    one_line(done.stderr, str(run), "model.safetensors", NO_SPACE)
+    # the checkpoint file the user knows, not the hidden folder the atomic write builds it in (.checkpoint.tmp-*)
+    one_line(done.stderr, f"{run / 'checkpoint' / 'model.safetensors'}: {NO_SPACE}")
+    assert ".tmp-" not in done.stderr
     assert json.loads((run / "run.json").read_text())  # what was written before stays readable
 
 
@@ -129,7 +131,8 @@ def test_a_full_disk_at_the_second_checkpoint_keeps_the_first(tmp_path, capsys, 
     run = tmp_path / "run"
     code, _, err = run_main(["train", *TRAIN_ARGS, "--steps", "20", "--out", str(run)], capsys)
     assert code == EXIT_USAGE
-    one_line(err, str(run), "model.safetensors", NO_SPACE)
+    one_line(err, f"mixit train: error: {run / 'checkpoint' / 'model.safetensors'}: {NO_SPACE}")
+    assert ".tmp-" not in err  # was: RUN/.checkpoint.tmp-XXXX/model.safetensors, a folder the user never sees
     monkeypatch.undo()
     assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 10
     load_model(run / "checkpoint")  # the first checkpoint is whole
@@ -230,6 +233,16 @@ def test_a_read_only_report_dir_is_refused_before_training(small_disk, tmp_path)
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_a_sweep_onto_a_read_only_disk_is_refused_before_training(small_disk, tmp_path, dry_run):
+    # Was: --dry-run listed the runs (exit 0); a sweep failed later, on its first write.
+    read_only(small_disk)
+    done = mixit(["sweep", "--tasks", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads",
+                  "2", "--steps", "4", "--out", str(small_disk / "sweep")] + ["--dry-run"] * dry_run, tmp_path)
+    assert done.returncode == EXIT_USAGE and done.stdout == ""
+    one_line(done.stderr, "--out", str(small_disk / "sweep"), READ_ONLY)
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc on this machine")
 def test_reproduce_into_proc_is_one_line_exit_2(tmp_path):
     # Was: exit 1.
@@ -258,6 +271,37 @@ def test_a_report_that_cannot_be_written_is_one_line_and_keeps_the_runs(small_di
     runs = list((tmp_path / "runs" / "algorithmic").glob("*/summary.json"))
     assert runs and all(json.loads(p.read_text())["status"] == "finished" for p in runs)
     assert (tmp_path / "figs" / "task_accuracy.png").is_file()
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert manifest["status"] == "failed" and manifest["stopped_in"] == "report" and NO_SPACE in manifest["error"]
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.ENOSPC])
+def test_a_report_write_failure_is_recorded_in_reproduce_json_not_left_running(tmp_path, capsys, monkeypatch, code):
+    # Was: the one line, but reproduce.json kept saying "running" of a reproduction that was over.
+    import reproduce.report
+
+    report = tmp_path / "report" / "report.md"
+
+    def unwritable(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(report))
+
+    monkeypatch.setattr(reproduce.report, "write_report", unwritable)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
+    argv = ["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs", "--report-dir",
+            "report", "--figures-dir", "figs"]
+    exit_code, _, err = run_main(argv, capsys)
+    assert exit_code == EXIT_USAGE
+    one_line(err, str(report), os.strerror(code))
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert manifest["status"] == "failed" and manifest["stopped_in"] == "report"
+    assert manifest["error"].endswith(f"Error: {report}: {os.strerror(code)}") and "findings" not in manifest
+    assert "train" in manifest["timings_s"] and "report" not in manifest["timings_s"]
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert run_main(argv, capsys)[0] == 0  # the rerun writes the report and says so
+    manifest = json.loads((tmp_path / "runs" / "reproduce.json").read_text())
+    assert manifest["status"] == "finished" and "error" not in manifest and (tmp_path / "report" / "report.md").is_file()
 
 
 # --------------------------------------------------------------------------- mixit reproduce: a failed analysis

@@ -33,3 +33,10 @@ def scheduled_lr(step: int, lr: float, steps: int, warmup: int, min_lr_ratio: fl
     progress = (step - warmup) / max(1, steps - warmup)
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * cosine)
+
+
+def first_step_options(lr: float, model_extra: dict) -> str:
+    """The options that set a run's first step, as `lr=0.001, init_std=1e+30` (the learning rate and the initial
+    weights' scales, `init_std` and `qk_init_std`): what a run that diverged at its first step names."""
+    named = {"lr": lr, **{k: v for k, v in (model_extra or {}).items() if k.endswith("init_std")}}
+    return ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v!r}" for k, v in named.items())

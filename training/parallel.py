@@ -8,7 +8,8 @@ NCCL on CUDA); the trainer weights each rank's loss so that the average is the g
 batch's mean loss. Rank 0 alone writes the run directory.
 
 Run alone (no torchrun environment), `Ranks.start` returns the single rank 0 of 1 and nothing here
-does any communication.
+does any communication. Launched by torchrun, even as one process, the ranks form a process group and train
+through DistributedDataParallel, so `torchrun --nproc-per-node 1` runs the same code (and NCCL) as N GPUs do.
 """
 
 from __future__ import annotations
@@ -31,36 +32,48 @@ class Ranks:
     size: int = 1
     local_rank: int = 0  # index on this machine: the CUDA device of this rank
     owns_group: bool = False  # the process group was started here (and is stopped by `stop`)
+    launched: bool = False  # started by torchrun (its TORCHELASTIC_RUN_ID is set), whatever the number of processes
 
     @property
     def main(self) -> bool:
         """Rank 0: the one that writes the run directory, logs and shows progress."""
         return self.rank == 0
 
+    @property
+    def distributed(self) -> bool:
+        """Training goes through a process group and DistributedDataParallel (several processes, or torchrun's one)."""
+        return self.size > 1 or self.owns_group
+
+    @property
+    def backend(self) -> str | None:
+        """The process group's backend ("nccl", "gloo"), None when training alone."""
+        return dist.get_backend() if self.distributed and dist.is_initialized() else None
+
     @staticmethod
     def from_env() -> "Ranks":
         """The ranks torchrun announces in RANK / WORLD_SIZE / LOCAL_RANK; rank 0 of 1 without them."""
         size = int(os.environ.get("WORLD_SIZE", "1"))
-        return Ranks(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
+        return Ranks(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")),
+                     launched="TORCHELASTIC_RUN_ID" in os.environ)
 
     @staticmethod
     def start(device: torch.device) -> "Ranks":
         """Join (or start) the process group of a torchrun launch: NCCL for CUDA devices, else gloo."""
         ranks = Ranks.from_env()
-        if ranks.size == 1:
+        if ranks.size == 1 and not ranks.launched:
             return ranks
         if dist.is_initialized():  # the caller started it
-            return Ranks(dist.get_rank(), dist.get_world_size(), ranks.local_rank)
+            return Ranks(dist.get_rank(), dist.get_world_size(), ranks.local_rank, launched=ranks.launched)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return Ranks(dist.get_rank(), dist.get_world_size(), ranks.local_rank, owns_group=True)
+        return Ranks(dist.get_rank(), dist.get_world_size(), ranks.local_rank, owns_group=True, launched=True)
 
     def barrier(self) -> None:
-        if self.size > 1:
+        if self.distributed:
             dist.barrier()
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """`value` summed over the ranks (a copy; itself when alone)."""
-        if self.size == 1:
+        if not self.distributed:
             return value
         total = value.detach().clone()
         dist.all_reduce(total)
@@ -80,7 +93,7 @@ class Ranks:
 
 def local_device(name: str, ranks: Ranks) -> str:
     """The device a rank trains on: "auto" and "cuda" mean this rank's own GPU (cuda:LOCAL_RANK) under torchrun."""
-    if ranks.size > 1 and name in ("auto", "cuda") and torch.cuda.is_available():
+    if (ranks.size > 1 or ranks.launched) and name in ("auto", "cuda") and torch.cuda.is_available():
         return f"cuda:{ranks.local_rank}"
     return name
 

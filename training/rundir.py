@@ -78,8 +78,17 @@ LOCK_FILE = ".lock"  # in a run directory: held (flock) by the process writing i
 class RunLocked(RuntimeError):
     """Another live process is writing this run directory."""
 
+
+class RunDamaged(ValueError):
+    """A run directory's run.json cannot be read, so the run can be neither resumed nor compared: one line naming the
+    file (read_run_info's error) and what to do."""
+
+    def __init__(self, run_dir: str | Path, error: Exception) -> None:
+        super().__init__(f"{' '.join(str(error).split())}; the run is damaged: restore its run.json from a copy, or "
+                         f"move {run_dir} away to train the run again")
+
 __all__ = [
-    "LOCK_FILE", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
+    "LOCK_FILE", "RunDamaged", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
     "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
     "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",

@@ -18,10 +18,13 @@ a local Ray or a Ray cluster (`pip install 'mixit-lab[ray]'`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,6 +338,24 @@ def _ray_task(fn: Callable[[Any], Any], threads: int, job: Any) -> Any:
     return fn(job)
 
 
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Put this process's SIGTERM and SIGINT handlers back after the block. ray.init replaces them (its Python
+    handler exits with status 15, its core worker's C++ one dumps a stack and aborts), so a SIGTERM to `mixit sweep
+    --executor ray` would skip the cleanup that cancels the Ray tasks; with the command's handlers kept it stops them
+    and exits 143 with the resume hint, as the local pool does (cli.common.stop_on_sigterm)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
 def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
             failed: Callable[[Any, Exception], Any]) -> Iterator[Any]:
     """fn over jobs as Ray tasks (see Executor), results in completion order. Ray is started here, and
@@ -347,8 +368,9 @@ def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
     started = not ray.is_initialized()
     if started:
         local = {"num_cpus": max(1, round(executor.workers * executor.cpus_per_run))} if executor.address is None else {}
-        ray.init(address=executor.address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, **local)
+        with _keep_signal_handlers():  # ray.init takes SIGTERM over (exit 15, or a C++ dump and SIGABRT)
+            ray.init(address=executor.address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, **local)
     remote = ray.remote(num_cpus=executor.cpus_per_run, num_gpus=executor.gpus_per_run)(_ray_task)
     threads = max(1, int(executor.cpus_per_run))
     pending = {remote.remote(fn, threads, job): job for job in jobs}

@@ -38,7 +38,7 @@ from models.transformer import derive_seed
 
 from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
 from .machine import KEPT_MALLOC_SETTINGS, keep_freed_memory, pick_device
-from .optim import build_optimizer, resolved_warmup, scheduled_lr
+from .optim import build_optimizer, first_step_options, resolved_warmup, scheduled_lr
 from .parallel import Ranks, ddp_options, local_device
 from .precision import (
     BF16_MIN_SPEEDUP, PRECISIONS, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
@@ -46,9 +46,10 @@ from .precision import (
 from .provenance import provenance
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, SUMMARY_FILE, append_metrics,
-    atomic_directory, is_empty_run_dir, is_finished, is_run_dir, kept_checkpoint_dir, read_run_info,
+    atomic_directory, is_empty_run_dir, is_finished, kept_checkpoint_dir, read_run_info,
     read_summary, run_lock, truncate_metrics, write_json, write_text,
 )
+from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
 from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_import_path
 from .trackers import open_tracker
@@ -88,6 +89,8 @@ class TrainConfig:
     eval_every: int = 200
     eval_samples: int | None = None  # default: the task's held-out set size
     eval_batch_size: int = 1024
+    micro_batch_size: int | None = None  # rows per forward pass: the batch's gradient accumulated over slices of
+    # this many rows (to fit a GPU's memory); None: the whole batch at once. The same run up to float rounding.
     checkpoint_every: int | None = None  # default: every eval
     log_every: int = 10
     device: str = "auto"
@@ -109,7 +112,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
-        for name in ("checkpoint_every", "eval_samples"):
+        for name in ("checkpoint_every", "eval_samples", "micro_batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}={value!r} must be a positive integer or None")
@@ -249,46 +252,6 @@ def train(
         ranks.stop()
 
 
-class SettingsChanged(ValueError):
-    """A run directory holds a run trained with other settings than those asked for."""
-
-
-IGNORED_SETTINGS = ("device", "compile", "keep_checkpoints")  # how a run executes or what it keeps, not what it computes
-
-
-def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[str, Any, Any]]:
-    """(setting, value in the run, value in cfg) for each setting in which cfg differs from the run in
-    run_dir; none if it holds no run. Device and torch.compile may differ (resuming elsewhere is fine)."""
-    if not is_run_dir(run_dir):
-        return []
-    saved = _effective(TrainConfig.from_dict(dict(read_run_info(run_dir).train)).to_dict())
-    wanted = _effective(cfg.to_dict())
-    return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
-
-
-def _effective(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings without the model_extra fields their model does not use (residual_scale on standard): a run that
-    recorded one, as presets once did, builds the same model as one that did not, and resumes under either."""
-    extra = settings.get("model_extra") or {}
-    try:
-        unused = ModelConfig(variant=settings["variant"], d_model=settings["d_model"], n_layers=settings["n_layers"],
-                             n_heads=settings["n_heads"], **extra).unused_fields()
-    except (TypeError, ValueError):  # not a model on its own (a field the task sets): compare as recorded
-        return settings
-    return {**settings, "model_extra": {k: v for k, v in extra.items() if k not in unused}}
-
-
-def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
-    """SettingsChanged, listing every difference, if run_dir holds a run trained with other settings."""
-    diff = settings_differences(run_dir, cfg)
-    if diff:
-        listed = "; ".join(f"{k}={old!r} in the run, {k}={new!r} now" for k, old, new in diff)
-        raise SettingsChanged(
-            f"{Path(run_dir) / RUN_FILE}: cannot resume with a different config (differs in "
-            f"{', '.join(k for k, _, _ in diff)}: {listed}); choose another --out or move the run away"
-        )
-
-
 def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, model_cfg, optimizer, stream,
                      argv: list[str] | None, ranks: Ranks) -> tuple[int, float, float | None, tuple[float, int]]:
     """Load the last checkpoint's weights, optimizer, data stream and counters (resume), or write a new run's
@@ -390,7 +353,7 @@ class _Loop:
         """After the start or resume: hold frozen heads, compile, wrap for several processes, keep the init."""
         hold_frozen_slices(self.model, self.optimizer)  # frozen heads ("v@0.h1") keep the values just loaded
         self.forward = torch.compile(self.model) if self.cfg.compile else self.model
-        if self.ranks.size > 1:
+        if self.ranks.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
             self.summed = DistributedDataParallel(SummedLoss(self.forward, self.task), **ddp_options(self.device))
@@ -444,25 +407,22 @@ class _Loop:
     def _train_step(self, batch: tuple[torch.Tensor, ...]) -> tuple[float, torch.Tensor]:
         """One optimizer step at self.step on one training batch: the learning rate of the schedule, the loss, its
         gradient, clipping and AdamW. Returns (the loss, the gradient norm before clipping); TrainingDiverged when
-        either is not finite. With several processes the DDP-wrapped summed loss takes this rank's rows."""
-        cfg, step, device, ranks = self.cfg, self.step, self.device, self.ranks
+        either is not finite. With several processes, or micro-batches, the loss is accumulated (_accumulate)."""
+        cfg, step, device = self.cfg, self.step, self.device
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step)
-        if self.summed is None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.summed is None and (cfg.micro_batch_size or cfg.batch_size) >= cfg.batch_size:
             batch = tuple(t.to(device, non_blocking=True) for t in batch)
             with autocast_for(device, self.precision):
                 loss = task_loss(self.forward, self.task, batch)
             loss_value = loss.item()
-        else:  # this rank's rows; DDP averages the gradients, so scale to the gradient of the global mean
-            rows = ranks.rows(cfg.batch_size)
-            scale = ranks.size / scored_count(self.task, batch)
-            with autocast_for(device, self.precision):
-                loss = self.summed(*(t[rows].to(device, non_blocking=True) for t in batch)) * scale
-            loss_value = ranks.sum(loss.detach() / ranks.size).item()
+            if math.isfinite(loss_value):
+                loss.backward()
+        else:
+            loss_value = self._accumulate(batch)
         if not math.isfinite(loss_value):
             raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for g in self.optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
         )
@@ -470,6 +430,25 @@ class _Loop:
             raise TrainingDiverged(f"non-finite gradient norm at step {step}")
         self.optimizer.step()
         return loss_value, grad_norm
+
+    def _accumulate(self, batch: tuple[torch.Tensor, ...]) -> float:
+        """Backward the batch's mean loss slice by slice (micro-batches of this rank's rows; DDP averages over the
+        ranks, synchronizing on the last slice only), each slice's summed loss scaled to the global mean's share.
+        Returns the global batch's mean loss."""
+        cfg, device, ranks = self.cfg, self.device, self.ranks
+        mine = tuple(t[ranks.rows(cfg.batch_size)] for t in batch)
+        n_rows, scale = mine[0].shape[0], ranks.size / scored_count(self.task, batch)
+        micro = min(cfg.micro_batch_size or n_rows, n_rows)
+        summed = self.summed or SummedLoss(self.forward, self.task)
+        total = torch.zeros((), device=device)
+        for start in range(0, n_rows, micro):
+            last = start + micro >= n_rows
+            with nullcontext() if last or self.summed is None else self.summed.no_sync():
+                with autocast_for(device, self.precision):
+                    loss = summed(*(t[start:start + micro].to(device, non_blocking=True) for t in mine)) * scale
+                loss.backward()
+            total += loss.detach().float()
+        return ranks.sum(total / ranks.size).item()
 
     def _log(self, grad_norm: torch.Tensor, is_eval: bool) -> None:
         """Log the step (rank 0): the mean training loss since the last log, and at an eval step the held-out scores."""
@@ -519,6 +498,8 @@ class _Loop:
         kept = "no checkpoint was written yet"
         if has_trainer_state(self.ckpt):
             kept = f"last good checkpoint (step {saved_step(self.ckpt)}) kept in {self.ckpt}"
+        elif self.step == 0:  # nothing trained yet: the options that set the first step are at fault
+            kept += f"; check {first_step_options(self.cfg.lr, self.cfg.model_extra)}"
         summary = {"status": "diverged", "message": f"{error}; {kept}", "step": self.step,
                    **_summary_base(self.cfg, self.counts)}
         if self.ranks.main:
@@ -542,6 +523,7 @@ class _Loop:
             "device": str(self.device),
             "precision": self.precision,
             "processes": self.ranks.size,
+            "backend": self.ranks.backend,
         }
         if self.ranks.main:
             write_json(self.out / SUMMARY_FILE, summary)

@@ -422,6 +422,11 @@ class Memorize(Task):
     def held_out_size(self) -> int:
         return self.num_keys
 
+    @property
+    def label_ids(self) -> list[int]:
+        """The n label tokens (`y<v>`, or position 0's key tokens with label_tokens="keys")."""
+        return list(range(self.label0_id, self.label0_id + self.n))
+
     def _rows(self, key_index: torch.Tensor) -> Batch:
         place = self.n ** torch.arange(self.d)  # position j holds digit j of the key index in base n
         digits = (key_index[:, None] // place) % self.n

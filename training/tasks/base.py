@@ -182,6 +182,12 @@ class Task:
         return max(MAX_EVAL_SIZE, self.held_out_size or 0)
 
     @property
+    def label_ids(self) -> list[int] | None:
+        """The token ids an answer is drawn from when the task fixes a label set (memorize: its n label tokens),
+        None when any token may be one. With `eval_is_train`, what analysis.memory scores memorized bits over."""
+        return None
+
+    @property
     def held_out_size(self) -> int | None:
         """The size of a fixed, finite held-out set (None: rows are drawn). `eval_set(n)` with a larger n
         returns all of it; `mixit train --eval-samples` refuses more."""
