@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
-from .config import LEGACY_DEFAULTS, ModelConfig
+from .config import ModelConfig
 from .files import atomic_directory, atomic_file, write_json, write_safetensors
 from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
 
@@ -26,8 +26,17 @@ WEIGHTS_FILE = "model.safetensors"
 RUN_CHECKPOINT_DIR = "checkpoint"  # where a training run directory keeps its checkpoint (training.rundir)
 FORMAT = "mixit-lab/model"
 # 2 added the config fields bias, unembed_bias, scaled_readout, width_scaled_temperature and pooling;
-# a version-1 config means config.LEGACY_DEFAULTS for them.
+# a version-1 config means LEGACY_DEFAULTS for them.
 FORMAT_VERSION = 2
+# What a config written before these fields existed meant (checkpoint format_version 1): trained
+# biases everywhere, an unscaled readout, shaped scores divided by sqrt(d_head) only, mean pooling.
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "bias": True,
+    "unembed_bias": True,
+    "scaled_readout": False,
+    "width_scaled_temperature": False,
+    "pooling": "mean",
+}
 
 
 class CheckpointError(ValueError):

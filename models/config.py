@@ -116,17 +116,6 @@ VARIANTS: dict[str, VariantSpec] = {
 }
 
 
-# What a config written before these fields existed meant (checkpoint format_version 1): trained
-# biases everywhere, an unscaled readout, shaped scores divided by sqrt(d_head) only, mean pooling.
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "bias": True,
-    "unembed_bias": True,
-    "scaled_readout": False,
-    "width_scaled_temperature": False,
-    "pooling": "mean",
-}
-
-
 # Fields that change only some models: field -> whether a model (variant spec, its layers' attention kinds) uses it.
 # Set on a model that does not, a field would be recorded and do nothing: commands refuse it (unused_fields).
 FIELD_USE: dict[str, Callable[[VariantSpec, set[str]], bool]] = {
@@ -139,7 +128,11 @@ FIELD_USE: dict[str, Callable[[VariantSpec, set[str]], bool]] = {
     "sink_head": lambda spec, kinds: bool(kinds & {"mixing", "learned"}),
     "qk_init_std": lambda spec, kinds: bool(kinds & {"softmax", "shaped"}),
     "rope_base": lambda spec, kinds: spec.positions == "rotary" and bool(kinds & {"softmax", "shaped"}),
+    "mixing_centre": lambda spec, kinds: "mixing" in kinds,
+    "causal_softmax": lambda spec, kinds: bool(kinds & {"softmax", "shaped"}),
 }
+BIDIRECTIONAL_ONLY = ("mixing_centre", "causal_softmax")  # FIELD_USE fields that change only models with causal=False
+CHOICES = {"pooling": ("last", "mean"), "mixing_centre": ("own", "causal")}  # fields that take one of a few words
 
 
 def field_users(name: str) -> str:
@@ -147,7 +140,8 @@ def field_users(name: str) -> str:
     variants = [v for v, spec in VARIANTS.items() if FIELD_USE[name](spec, {spec.attention})]
     kinds = [k for k in ATTENTION_KINDS if FIELD_USE[name](VARIANTS["standard"], {k})]
     where = f"variant{'s' * (len(variants) > 1)} {', '.join(variants)}"
-    return where + (f" and layers with attention {' or '.join(kinds)} (--attention)" if kinds else "")
+    where += f" and layers with attention {' or '.join(kinds)} (--attention)" if kinds else ""
+    return where + (", in bidirectional models (causal=False, as classifiers)" if name in BIDIRECTIONAL_ONLY else "")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -333,6 +327,19 @@ class ModelConfig:
     base_layers: int = 1
     # Classifier pooling: "last" real token (the authors' sequence classifier) or "mean" over real tokens.
     pooling: Literal["last", "mean"] = "last"
+    # The authors' classifier (docs/fidelity.md, "Readout, classifier, embeddings"): each default is ours, the
+    # other value theirs. mixing_centre, MixiT with causal=False: "own" centres each row's noise on its mean
+    # over the keys it sees (rows sum to 1); "causal" divides the row's sum by the causal count i + 1, and
+    # padding or a shorter sequence then cuts the matrices without re-centring them.
+    mixing_centre: Literal["own", "causal"] = "own"
+    # attend_padding (classifiers): True ignores attention_mask in attention (padding is attended like any
+    # token, MixiT's matrices are not re-centred); the pooling still reads only the real tokens.
+    attend_padding: bool = False
+    # causal_softmax, causal=False: True keeps softmax and shaped layers causal, only mixing layers see the
+    # whole sequence (theirs under transformers 4.51.3).
+    causal_softmax: bool = False
+    # zero_pad_token: a token id (theirs: the pad token) whose row of W_E is zero at init and never trains.
+    zero_pad_token: int | None = None
     # The grid on top of the variant (both empty for the six named variants). `freeze`: components kept
     # at their init, in all layers ("qk"), one ("qk@1") or one head of one ("qk@1.h2"); see COMPONENTS and
     # FreezeEntry; stored canonical (canonical_freeze: sorted, each weight once). `attention`: each layer's
@@ -343,23 +350,15 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form metadata, saved with the model
 
     def __post_init__(self) -> None:
-        _check(
-            self.variant in VARIANTS,
-            f"variant={self.variant!r} is not one of: {', '.join(VARIANTS)}",
-        )
+        _check(self.variant in VARIANTS, f"variant={self.variant!r} is not one of: {', '.join(VARIANTS)}")
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
         for name in ("d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "d_mlp", "base_width", "base_width_down",
                      "base_layers"):
             value = getattr(self, name)
-            _check(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                f"{name}={value!r} must be a positive integer",
-            )
-        _check(
-            self.d_model % self.n_heads == 0,
-            f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}",
-        )
+            _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                   f"{name}={value!r} must be a positive integer")
+        _check(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"seed={self.seed!r} must be an integer")
         for name in ("init_std", "qk_init_std", "rope_base", "norm_eps", "residual_scale", "tau0", "depth_alpha"):
             value = getattr(self, name)
@@ -371,16 +370,17 @@ class ModelConfig:
         _check(self.rope_base > 0, f"rope_base={self.rope_base!r} must be > 0")
         _check(self.norm_eps > 0, f"norm_eps={self.norm_eps!r} must be > 0")
         _check(0 < self.residual_scale < 1, f"residual_scale={self.residual_scale!r} must lie in (0, 1)")
-        _check(isinstance(self.sink_head, bool), f"sink_head={self.sink_head!r} must be True or False")
-        _check(isinstance(self.causal, bool), f"causal={self.causal!r} must be True or False")
-        for name in ("bias", "unembed_bias", "scaled_readout", "width_scaled_temperature"):
+        for name in ("sink_head", "causal", "bias", "unembed_bias", "scaled_readout", "width_scaled_temperature",
+                     "attend_padding", "causal_softmax"):
             _check(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
         _check(self.tau0 > 0, f"tau0={self.tau0!r} must be > 0")
-        _check(
-            isinstance(self.depth_alpha, (int, float)) and not isinstance(self.depth_alpha, bool) and self.depth_alpha >= 0,
-            f"depth_alpha={self.depth_alpha!r} must be a number >= 0",
-        )
-        _check(self.pooling in ("last", "mean"), f"pooling={self.pooling!r} is not one of: 'last', 'mean'")
+        _check(self.depth_alpha >= 0, f"depth_alpha={self.depth_alpha!r} must be a number >= 0")  # type: checked above
+        for name, allowed in CHOICES.items():
+            _check(getattr(self, name) in allowed, f"{name}={getattr(self, name)!r} is not one of: "
+                   f"{', '.join(map(repr, allowed))}")
+        pad = self.zero_pad_token
+        _check(pad is None or isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < self.d_vocab,
+               f"zero_pad_token={pad!r} must be None (every row of W_E trained) or a token id in 0..{self.d_vocab - 1}")
         self.attention = _entries("attention", self.attention)
         entries = [FreezeEntry.parse(e) for e in _entries("freeze", self.freeze)]
         for entry in entries:
@@ -395,11 +395,8 @@ class ModelConfig:
         if any(self.layer_attention(i) in ("softmax", "shaped") for i in range(self.n_layers)) \
                 and self.spec.positions == "rotary":
             _check(self.d_head % 2 == 0, f"d_head={self.d_head} (d_model / n_heads) must be even for rotary embeddings")
-        _check(
-            self.n_classes is None
-            or (isinstance(self.n_classes, int) and not isinstance(self.n_classes, bool) and self.n_classes >= 2),
-            f"n_classes={self.n_classes!r} must be None (language model) or an integer >= 2",
-        )
+        _check(self.n_classes is None or (isinstance(self.n_classes, int) and not isinstance(self.n_classes, bool)
+               and self.n_classes >= 2), f"n_classes={self.n_classes!r} must be None (language model) or an integer >= 2")
 
     @property
     def d_head(self) -> int:
@@ -498,14 +495,16 @@ class ModelConfig:
 
     def unused_fields(self) -> dict[str, str]:
         """The fields set away from their default that change nothing in this model, each with the models it
-        would change (field_users; pooling: classifiers, base_layers: depth_alpha != 0)."""
+        would change (field_users; pooling, attend_padding: classifiers, base_layers: depth_alpha != 0;
+        zero_pad_token changes every model)."""
         kinds = {self.layer_attention(i) for i in range(self.n_layers)}
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        unused = {name: field_users(name) for name, uses in FIELD_USE.items() if not uses(self.spec, kinds)}
+        unused = {name: field_users(name) for name, uses in FIELD_USE.items()
+                  if not uses(self.spec, kinds) or (self.causal and name in BIDIRECTIONAL_ONLY)}
         unused.update({"residual_scale": "models with depth_alpha=0 (depth_alpha sets the residual scales)"}
                       if self.depth_alpha != 0 else {"base_layers": "models with depth_alpha != 0"})
-        if self.n_classes is None:
-            unused["pooling"] = "classifiers (a task with n_classes, such as sentiment)"
+        if self.n_classes is None:  # only classifiers are run with an attention_mask
+            unused["pooling"] = unused["attend_padding"] = "classifiers (a task with n_classes, such as sentiment)"
         return {name: users for name, users in unused.items() if getattr(self, name) != defaults[name]}
 
     def check_fields_apply(self) -> None:

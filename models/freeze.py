@@ -10,6 +10,9 @@ A whole parameter is frozen with `requires_grad=False` (`ModelConfig.is_frozen`)
 
 The values written back are those the model holds when the trainer starts or resumes: init, or a checkpoint's
 weights, which equal init since they never moved. The restored elements are bit-identical to init.
+
+The same mechanism keeps the embedding row of `ModelConfig.zero_pad_token` at zero (the authors' classifier: their
+nn.Embedding's padding_idx row is zero at init and gets no gradient).
 """
 
 from __future__ import annotations
@@ -41,13 +44,17 @@ def head_mask(shape: torch.Size, heads: list[int]) -> torch.Tensor:
 
 def apply_freeze(model: nn.Module, config: ModelConfig) -> None:
     """Freeze `model`'s parameters as `config` says: requires_grad off for whole parameters, and for frozen heads
-    a mask in `model.frozen_masks` ({name: BoolTensor}) and a hook that keeps their gradient at zero."""
+    (and the zero_pad_token row of W_E) a mask in `model.frozen_masks` ({name: BoolTensor}) and a hook that keeps
+    their gradient at zero."""
     masks: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters():
         param.requires_grad_(not config.is_frozen(name))
         heads = config.frozen_heads(name)
         if heads:
             masks[name] = head_mask(param.shape, heads)
+        elif name == "embed.W_E" and config.zero_pad_token is not None and param.requires_grad:
+            masks[name] = head_mask(param.shape, [config.zero_pad_token])  # one row: the first dimension, as heads
+        if name in masks:
             param.register_hook(ZeroFrozenGrad(masks[name]))
     model.frozen_masks = masks
 

@@ -119,7 +119,7 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     no identity, rows sum to 0.
     Head 0 is a sink head, 0.5 I with column 0 set to 0.5 (row 0 is [0.5, 0, ...], as the authors'),
     unless cfg.sink_head is False (then it is drawn like the others; the other heads' matrices are
-    the same either way). Reproducible from (seed, layer).
+    the same either way). Reproducible from (seed, layer). The centring is `centre_mixing`'s.
     """
     T, H = cfg.n_ctx, cfg.n_heads
     g = torch.Generator().manual_seed(derive_seed(cfg.seed, "mixing", layer))
@@ -128,18 +128,32 @@ def mixing_matrices(cfg: ModelConfig, layer: int) -> tuple[torch.Tensor, torch.T
     if cfg.depth_alpha != 0:
         scale = torch.full((H,), hi, dtype=torch.float64)
     noise = torch.randn(H, T, T, generator=g, dtype=torch.float64) * scale[:, None, None]
-    allowed = torch.ones(T, T, dtype=torch.float64)
+    return centre_mixing(cfg, layer, noise).float(), scale.float()
+
+
+def centre_mixing(cfg: ModelConfig, layer: int, noise: torch.Tensor) -> torch.Tensor:
+    """The fixed matrices [head, T, T] from the raw noise N [head, T, T] (any float dtype, kept).
+
+    A_h = I + N_h - m_h (no I under the depth option), N_h cut to the causal triangle if causal; m_h, one
+    value per row, is the mean of the row's allowed entries (its sum divided by their count). Bidirectional
+    mixing layers with cfg.mixing_centre "causal" divide the sum by the causal count i + 1 instead, as the
+    authors' classifier: their rows do not sum to 1. Head 0 is then replaced by the sink head (sink_head).
+    """
+    T = noise.shape[-1]
+    allowed = torch.ones(T, T, dtype=noise.dtype, device=noise.device)
     if cfg.causal:
         allowed = allowed.tril()
     noise = noise * allowed
-    row_mean = noise.sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True)
-    eye = torch.eye(T, dtype=torch.float64)
-    A = ((eye if cfg.depth_alpha == 0 else 0) + noise - row_mean) * allowed
+    count = allowed.sum(-1, keepdim=True)
+    if cfg.mixing_centre == "causal" and cfg.layer_attention(layer) == "mixing":
+        count = torch.arange(1, T + 1, dtype=noise.dtype, device=noise.device)[:, None]
+    eye = torch.eye(T, dtype=noise.dtype, device=noise.device)
+    A = ((eye if cfg.depth_alpha == 0 else 0) + noise - noise.sum(-1, keepdim=True) / count) * allowed
     if cfg.sink_head:
         sink = 0.5 * eye
         sink[:, 0] = 0.5
         A[0] = sink
-    return A.float(), scale.float()
+    return A
 
 
 # The thresholds below were tuned on one 2-core AMD EPYC (avx512_bf16); another CPU may want others:
@@ -197,6 +211,9 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.kind = cfg.layer_attention(layer)
+        # Whether each query sees only the keys before it: cfg.causal, or a softmax/shaped layer of a model with
+        # causal_softmax (bidirectional mixing beside causal softmax layers, as the authors' classifier).
+        self.causal = cfg.causal or (cfg.causal_softmax and self.kind in ("softmax", "shaped"))
         H, D, E = cfg.n_heads, cfg.d_model, cfg.d_head
         if self.kind in ("softmax", "shaped"):
             self.W_Q = nn.Parameter(torch.empty(H, D, E))
@@ -327,7 +344,7 @@ class Attention(nn.Module):
     def _allowed(self, t: int, device: torch.device, key_padding_mask: torch.Tensor | None, start: int = 0) -> torch.Tensor:
         """Boolean [batch or 1, 1, q, k] mask of the key positions each query (positions start..t-1) may see."""
         allowed = torch.ones(t, t, dtype=torch.bool, device=device)
-        if self.cfg.causal:
+        if self.causal:
             allowed = allowed.tril()
         allowed = allowed[None, None, start:]
         if key_padding_mask is not None:
@@ -363,9 +380,9 @@ class Attention(nn.Module):
             zh = pattern @ vh
         else:
             # SDPA's is_causal aligns a shorter query block top-left, so queries from `start` on get an explicit mask.
-            explicit = key_padding_mask is not None or (start > 0 and self.cfg.causal)
+            explicit = key_padding_mask is not None or (start > 0 and self.causal)
             mask = self._allowed(t, q.device, key_padding_mask, start) if explicit else None
-            is_causal = self.cfg.causal and mask is None
+            is_causal = self.causal and mask is None
             zh = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=is_causal, scale=self.scale)
             if shaped:
                 # (I - C) V without forming the matrices: V minus the (causal) running mean of V.
@@ -384,9 +401,20 @@ class Attention(nn.Module):
         if self.kind == "learned":
             return self._learned_pattern(t, key_padding_mask)
         A = self.mixing[:, :t, :t]
-        if key_padding_mask is not None or (not self.cfg.causal and t < self.cfg.n_ctx):
+        if self.cfg.mixing_centre == "causal" and not self.causal:
+            return A if key_padding_mask is None else self._cut_mixing(A, key_padding_mask)
+        if key_padding_mask is not None or (not self.causal and t < self.cfg.n_ctx):
             A = self._recentre_mixing(A, key_padding_mask)
         return A
+
+    def _cut_mixing(self, A: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
+        """mixing_centre "causal": the matrices [head, q, k] as built, padded keys cut off but nothing re-centred (the
+        authors' rows do not sum to 1 to begin with; their noise sums are not kept): [batch, head, q, k]. Padded
+        queries keep their diagonal; the sink head stays as built, as in _recentre_mixing."""
+        out = A * self._allowed(A.shape[-1], A.device, key_padding_mask).to(A.dtype)
+        if self.cfg.sink_head:
+            out = torch.cat([A[:1].expand(out.shape[0], 1, -1, -1), out[:, 1:]], dim=1)
+        return out
 
     def _learned_pattern(self, t: int, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         """I + A_learned re-centred over each row's allowed keys (no identity under the depth option)."""
@@ -423,7 +451,7 @@ class Attention(nn.Module):
         # The identity part (absent under the depth option) stays; only the noise is re-centred.
         eye = torch.eye(t, dtype=A.dtype, device=A.device) * (self.cfg.depth_alpha == 0)
         allowed = torch.ones(1, 1, t, t, dtype=torch.bool, device=A.device)
-        if self.cfg.causal:
+        if self.causal:
             allowed = allowed.tril()
         if key_padding_mask is not None:
             allowed = allowed & key_padding_mask[:, None, None, :].bool()
@@ -615,7 +643,7 @@ class Transformer(LensWeights, HookedRootModule):
     @torch.no_grad()
     def _init_weights(self) -> None:
         """N(0, init_std^2) for every weight matrix and embedding (W_Q, W_K: qk_init_std if set),
-        zeros for biases, ones for norms.
+        zeros for biases, ones for norms; the zero_pad_token row of W_E zero (models/freeze.py keeps it there).
 
         Uses a private generator, so the weights depend only on the config's seed.
         """
@@ -625,6 +653,8 @@ class Transformer(LensWeights, HookedRootModule):
             leaf = name.rsplit(".", 1)[-1]
             if leaf.startswith("W_"):
                 param.normal_(0.0, qk_std if leaf in ("W_Q", "W_K") else self.config.init_std, generator=g)
+        if self.config.zero_pad_token is not None:  # drawn first, so every other weight is as without it
+            self.embed.W_E[self.config.zero_pad_token] = 0.0
 
     def forward(
         self,
@@ -639,7 +669,7 @@ class Transformer(LensWeights, HookedRootModule):
 
         return_type "loss" gives the mean next-token cross-entropy, "both" gives (logits, loss),
         None gives the final residual stream [batch, pos, d_model] (after ln_final).
-        attention_mask [batch, pos] (1 = real token) masks padded keys out of attention.
+        attention_mask [batch, pos] (1 = real token) masks padded keys out of attention (not with config.attend_padding).
         A model with a tokenizer also takes text (a string or a list, tokenized by `to_tokens`).
         A classifier (n_classes set) returns class logits [batch, n_classes], as `classify`.
         from_pos > 0 computes the output only at positions from_pos.. ([batch, pos - from_pos, ...]; not with
@@ -679,8 +709,8 @@ class Transformer(LensWeights, HookedRootModule):
     def classify(self, tokens: torch.Tensor | str | list[str], attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Class logits [batch, n_classes]: the final residual stream at the last real token (or mean-pooled).
 
-        attention_mask [batch, pos] (1 = real token) keeps padding out of attention and of the pooling;
-        text input is tokenized (and its mask built) by `to_tokens`.
+        attention_mask [batch, pos] (1 = real token) keeps padding out of attention (unless config.attend_padding,
+        the authors' classifier) and of the pooling; text input is tokenized (and its mask built) by `to_tokens`.
         """
         if self.config.n_classes is None:
             raise ValueError("this model has no classification head (its config has n_classes=None)")
@@ -708,6 +738,8 @@ class Transformer(LensWeights, HookedRootModule):
         resid = self.hook_embed(self.embed(tokens))
         if hasattr(self, "pos_embed"):
             resid = resid + self.hook_pos_embed(self.pos_embed(tokens))
+        if self.config.attend_padding:  # padding attended like any token (the pooling still reads the mask)
+            attention_mask = None
         if stop_at_layer is not None:
             n = self.config.n_layers
             if not (isinstance(stop_at_layer, int) and -n <= stop_at_layer <= n):

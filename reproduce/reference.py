@@ -9,6 +9,11 @@ commit, command, date and machine included) at the settings of one of our preset
 counts for a report only where its settings (task and its parameters, width, layers, heads, steps,
 batch size, learning rate) equal those of a finished run of ours of the same variant, so a reference
 measured at other settings never stands in for these.
+
+`benchmarks/authors_signal.py` writes the signal records (`task: signal`): Table 7's measurement on their
+model at initialization, one record per variant (or control), width, depth and seed. `reference_signal`
+turns those whose settings equal our signal stage's (its cache key beside signal/signal.csv) into the
+reference Table 7; they are never runs (`reference_runs` leaves them out).
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size
 # "mixit_weight_frozen": MixiT as their depth script trains it by default (only embeddings and readout train).
 ALIASES = {"mixit_weight_frozen": "mixit"}
 
+SIGNAL_TASK = "signal"  # the task of the signal records
+# reproduce.pipeline.signal_stage's own defaults (the rest are analysis.signal.signal_propagation's)
+SIGNAL_STAGE_DEFAULTS = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128],
+                         "seeds": [0, 1, 2]}
+SIGNAL_PARAMS = ("n_ctx", "d_vocab", "n_seqs")  # a signal record's task_params
+
 
 def load_reference(path: str | Path = REFERENCE_FILE) -> list[dict[str, Any]]:
     """The records of the reference file ([] when there is none); ValueError naming the file if malformed."""
@@ -42,6 +53,11 @@ def load_reference(path: str | Path = REFERENCE_FILE) -> list[dict[str, Any]]:
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ValueError(f"{path}: expected {{'records': [...]}} with one mapping per run")
     return records
+
+
+def is_signal(rec: dict[str, Any]) -> bool:
+    """A record of their model's signal propagation at init (benchmarks/authors_signal.py), not a training run."""
+    return rec.get("task") == SIGNAL_TASK
 
 
 def _key(values: dict[str, Any]) -> tuple:
@@ -91,7 +107,7 @@ def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> pd.Data
     """The records whose settings equal a finished run of ours of the same variant, as finished runs."""
     finished = ours[ours["status"] == "finished"] if len(ours) else ours
     mine = {(v, *_key(r)) for v, r in zip(finished.get("variant", []), finished.to_dict("records"))}
-    rows = [row for row in map(record_row, records)
+    rows = [row for row in map(record_row, [r for r in records if not is_signal(r)])
             if (ALIASES.get(row["variant"], row["variant"]), *_key(row)) in mine]
     return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
 
@@ -156,3 +172,66 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
             "beyond_spread": None if diff is None else bool(abs(diff) > spread), "note": note,
         })
     return pd.DataFrame(rows, columns=END_TO_END_COLUMNS)
+
+
+# --------------------------------------------------------------------------- Table 7 at initialization
+def signal_settings(block: dict[str, Any]) -> dict[str, Any]:
+    """A signal stage's settings in full: `block` (a preset's `signal:` block, or the stage's cache key) over the
+    stage's defaults and signal_propagation's; `model` holds the ModelConfig fields it sets for every variant,
+    `controls` {label: {variant, fields}}. `device` is left out (where it ran, not what it measured)."""
+    import inspect
+
+    from analysis.signal import signal_propagation
+
+    params = inspect.signature(signal_propagation).parameters
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    s = {**defaults, **SIGNAL_STAGE_DEFAULTS, **block}
+    known = set(params) | {"controls"}
+    out = {k: (sorted(int(x) for x in s[k]) if k in ("depths", "widths", "seeds") else s[k])
+           for k in ("variants", "depths", "widths", "seeds", "n_heads", "n_ctx", "d_vocab", "n_seqs")}
+    out["variants"] = list(out["variants"])
+    out["model"] = {k: v for k, v in block.items() if k not in known}
+    out["controls"] = {label: dict(c) for label, c in (block.get("controls") or {}).items()}
+    return out
+
+
+def signal_labels(settings: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each row label of a signal table -> (its variant, the ModelConfig fields it sets): the variants, then the
+    controls (a control's fields over the block's)."""
+    labels = {v: (v, dict(settings["model"])) for v in settings["variants"]}
+    for label, control in settings["controls"].items():
+        labels[label] = (control["variant"], {**settings["model"], **{k: v for k, v in control.items()
+                                                                      if k != "variant"}})
+    return labels
+
+
+TABLE7_COLUMNS = ["variant", "d_model", "depth", "covariance", "cosine"]
+
+
+def reference_signal(records: list[dict[str, Any]], signal_path: str | Path | None) -> pd.DataFrame:
+    """The reference Table 7 (reproduce.tables._table7's columns): per variant or control, width and depth of our
+    signal stage (its settings from the cache key beside `signal_path`, signal/signal.json), the last-layer
+    covariance and cosine of the authors' model at init, means over the signal records of our seeds. A row
+    needs a record for every seed of ours at the same heads, n_ctx, d_vocab, n_seqs and model fields; empty
+    without our stage's settings or without such records."""
+    meta = None if signal_path is None else Path(signal_path).with_suffix(".json")
+    if meta is None or not meta.is_file():
+        return pd.DataFrame(columns=TABLE7_COLUMNS)
+    s = signal_settings(read_json(meta))
+    params = {k: s[k] for k in SIGNAL_PARAMS}
+    signal = [r for r in records if is_signal(r)]
+    rows = []
+    for label, (variant, fields) in signal_labels(s).items():
+        for width in s["widths"]:
+            for depth in s["depths"]:
+                hits = {r.get("seed"): r for r in signal
+                        if r.get("base_variant", r.get("variant")) == variant and r.get("d_model") == width
+                        and r.get("n_layers") == depth and r.get("n_heads") == s["n_heads"]
+                        and r.get("task_params") == params and (r.get("model_overrides") or {}) == fields
+                        and r.get("seed") in s["seeds"]}
+                if set(hits) != set(s["seeds"]):
+                    continue
+                rows.append({"variant": label, "d_model": width, "depth": depth,
+                             **{m: sum(float(hits[x][m]) for x in s["seeds"]) / len(s["seeds"])
+                                for m in ("covariance", "cosine")}})
+    return pd.DataFrame(rows, columns=TABLE7_COLUMNS)

@@ -26,7 +26,7 @@ from training.run import run_task
 from training.tasks import TASKS, resolved_task_params
 
 from .paper import FULL_ACCURACY, PAPER
-from .reference import load_reference, reference_runs
+from .reference import load_reference, reference_runs, reference_signal
 from .selection import BEYOND, accuracy_stats, finished, in_variant_order, mean_by, papers_runs, select
 
 # Table 3's tasks, each with the study it is read from.
@@ -69,14 +69,18 @@ def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str,
     """The report's tables from the authors' code (reproduce.reference), at the settings of our runs (`runs`,
     a load_runs table, when given, else the runs below runs_dir).
 
-    Only the tables their scripts can fill (accuracy, memorization, depth) have rows; the others are empty."""
+    Only the tables their scripts can fill (accuracy, memorization, depth) have rows, and Table 7 from their model
+    at init at our signal stage's settings (runs_dir's signal/signal.json; reproduce.reference.reference_signal);
+    the others are empty."""
     records = load_reference() if records is None else records
     if runs is None:
         if runs_dir is None:
             raise ValueError("reference_tables needs runs_dir or runs")
         runs = load_runs(Path(runs_dir))
     theirs = reference_runs(records, runs)
-    return {name: in_variant_order(df) for name, df in _build(theirs, None, fallback=False)[0].items()}
+    tables = _build(theirs, None, fallback=False)[0]
+    tables["table7_signal"] = reference_signal(records, None if runs_dir is None else Path(runs_dir) / SIGNAL_FILE)
+    return {name: in_variant_order(df) for name, df in tables.items()}
 
 
 def _build(runs: pd.DataFrame, runs_dir: Path | None,

@@ -176,3 +176,71 @@ def test_dry_run_and_merge(preset, tmp_path, capsys):
     data = json.loads(ref.read_text())
     assert set(data) == {"about", "records"}
     assert sorted(r["value"] for r in data["records"]) == [2.0, 3.0]
+
+
+# --------------------------------------------------------------------------- Table 7 on their model at init
+import authors_signal as asig  # noqa: E402
+
+SIGNAL = {"variants": ["random", "mixit"], "depths": [2, 8], "widths": [32], "seeds": [0, 1], "n_seqs": 4,
+          "controls": {"mixit, no sink": {"variant": "mixit", "sink_head": False}}}
+
+
+def test_a_signal_block_becomes_jobs_of_their_model():
+    jobs = asig.signal_jobs(SIGNAL)
+    assert len(jobs) == 3 * 2 * 2  # (random, mixit, the control) x depths x seeds
+    by = {(j["label"], j["n_layers"], j["seed"]): j for j in jobs}
+    random, mixit, control = by[("random", 2, 0)], by[("mixit", 8, 1)], by[("mixit, no sink", 2, 1)]
+    # random is their vanilla model with weight_frozen=1, mixit their mixing model; only the control drops the sink
+    assert (random["shaped_attention"], random["weight_frozen"], random["sink_head"]) == ("vanilla", 1, True)
+    assert (mixit["shaped_attention"], mixit["sink_head"], mixit["model_overrides"]) == ("mixing", True, {})
+    assert (control["variant"], control["sink_head"], control["model_overrides"]) == ("mixit", False,
+                                                                                       {"sink_head": False})
+    # the stage's defaults fill what the block leaves out (analysis.signal.signal_propagation's)
+    assert (random["n_heads"], random["n_ctx"], random["d_vocab"], random["n_seqs"]) == (4, 64, 512, 4)
+    assert "head 0 of every layer rebuilt" in asig.describe(control) and "rebuilt" not in asig.describe(mixit)
+    # what their model file cannot switch is refused, not silently measured as something else
+    with pytest.raises(ValueError, match="residual_scale cannot be switched"):
+        asig.signal_jobs({**SIGNAL, "controls": {"x": {"variant": "mixit", "residual_scale": 0.5}}})
+    with pytest.raises(ValueError, match="only mixit has a sink"):
+        asig.signal_jobs({**SIGNAL, "controls": {"x": {"variant": "random", "sink_head": False}}})
+    with pytest.raises(ValueError, match="no counterpart"):
+        asig.signal_jobs({**SIGNAL, "variants": ["shaped"]})
+
+
+def test_their_model_is_configured_as_depth_py_configures_it():
+    defaults = {"activation_cminus": -1.0, "base_attn_mix": 1.0, "base_hidden_size": 512, "base_n_layer": 4,
+                "base_num_attention_heads": 8, "tau0": 1.0, "depth_alpha": 0}
+    job = {"shaped_attention": "mixing", "d_model": 128, "n_layers": 16, "n_heads": 4, "n_ctx": 64, "d_vocab": 512}
+    kw = asig.their_config_kwargs(job, defaults, True)
+    assert (kw["hidden_size"], kw["num_hidden_layers"], kw["intermediate_size"], kw["num_attention_heads"]) == \
+        (128, 16, 512, 4)
+    assert kw["max_position_embeddings"] == kw["max_seq_len"] == 64 and kw["vocab_size"] == 512
+    assert kw["attn_implementation"] == "eager" and kw["initializer_range"] == 0.02
+    assert kw["skip_scaling"] == pytest.approx(0.5 ** 0.5) and kw["base_hidden_size"] == 512 and kw["depth_alpha"] == 0
+    vanilla = asig.their_config_kwargs({**job, "shaped_attention": "vanilla"}, defaults, True)
+    assert vanilla["attn_implementation"] == "sdpa" and "initializer_range" not in vanilla and vanilla["do_rope"]
+
+
+@pytest.mark.parametrize("preset_name", ["quick", "paper"])
+def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset_name, tmp_path):
+    """Every job of the preset's signal stage has a record of their model, and the reference Table 7 built from
+    the recorded file at the stage's settings has every row: a changed `signal:` block without new records fails."""
+    import math
+
+    from reproduce.reference import load_reference, reference_signal, signal_labels, signal_settings
+
+    block = load_preset(preset_name).signal
+    records = [r for r in load_reference() if r.get("task") == "signal" and r.get("preset") == preset_name]
+    have = {(r["variant"], r["d_model"], r["n_layers"], r["seed"]) for r in records}
+    for job in asig.signal_jobs(block):
+        assert (job["label"], job["d_model"], job["n_layers"], job["seed"]) in have, job
+    for rec in records:
+        assert {"command", "authors_commit", "date", "machine", "base_variant", "model_overrides"} <= set(rec)
+        assert all(math.isfinite(rec[m]) for m in ("covariance", "cosine", "variance", "covariance_layer0"))
+    # the stage's cache key (reproduce.pipeline.signal_stage writes it beside signal.csv) selects them
+    s = signal_settings(block)
+    key = {k: s[k] for k in ("variants", "depths", "widths", "seeds")} | {k: v for k, v in block.items()}
+    (tmp_path / "signal.json").write_text(json.dumps(key))
+    t7 = reference_signal(load_reference(), tmp_path / "signal.csv")
+    assert len(t7) == len(signal_labels(s)) * len(s["widths"]) * len(s["depths"])
+    assert set(t7["variant"]) == set(signal_labels(s))
