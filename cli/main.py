@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from models import VARIANTS, CheckpointError
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunDamaged, RunLocked, is_run_dir
-from training.tasks import TASKS, is_import_path, load_task_class, register_task, task_parameters
+from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
 from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, pick_device, train
@@ -111,6 +111,9 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    parser.add_argument("--sampling", choices=TrainStream.SAMPLINGS, default=DEFAULTS.sampling,
+                        help="uniform: rows drawn independently (default); epochs: each row of a finite training set "
+                             "(memorize) once per epoch, as the authors' Trainer draws keys")
     parser.add_argument("--micro-batch-size", type=int, default=DEFAULTS.micro_batch_size, metavar="ROWS",
                         help="accumulate each batch's gradient over slices of ROWS rows, to fit a GPU's memory "
                              "(the same run up to float rounding; default: the whole batch at once)")
@@ -198,6 +201,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             steps=args.steps,
             batch_size=args.batch_size,
             micro_batch_size=args.micro_batch_size,
+            sampling=args.sampling,
             warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay,
             grad_clip=args.grad_clip,
@@ -228,8 +232,8 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
                         for d, n, h in itertools.product(args.d_model, args.n_layers, args.n_heads)]
     if "--lr" in given or args.grid is None:
         out["lrs"] = args.lr
-    fields = ("steps", "batch_size", "micro_batch_size", "warmup_steps", "weight_decay", "grad_clip", "eval_every",
-              "eval_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
+    fields = ("steps", "batch_size", "micro_batch_size", "sampling", "warmup_steps", "weight_decay", "grad_clip",
+              "eval_every", "eval_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
     out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}

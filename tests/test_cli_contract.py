@@ -177,6 +177,10 @@ CASES = [
      "--out {tmp}/afile is not a directory"),
     ("a sweep below a file", ["sweep", "--tasks", "addition", "--out", "{tmp}/afile/sub", "--dry-run"],
      "--out {tmp}/afile/sub is not a directory (its parent {tmp}/afile is a file)"),
+    ("epoch sampling of an endless task", ["train", "--task", "addition", "--sampling", "epochs", "--out", "{tmp}/r",
+                                           *SMALL], "sampling='epochs' needs a task whose training set is finite"),
+    ("an unknown sampling", ["train", "--task", "memorize", "--sampling", "shuffled", "--out", "{tmp}/r", *SMALL],
+     "--sampling: invalid choice: 'shuffled'"),
 ]
 if Path("/proc/self").is_dir():
     CASES.append(("a run into /proc", ["train", "--task", "addition", "--out", "/proc/mixit-run", *SMALL],

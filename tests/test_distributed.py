@@ -161,7 +161,7 @@ def test_nproc_must_divide_the_batch(tmp_path):
     done = subprocess.run([sys.executable, "-m", "cli", "train", *ARGS, "--nproc", "3", "--out", str(tmp_path / "r")],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip() == "--batch-size=16 must be divisible by --nproc=3"
+    assert done.stderr.strip() == "mixit train: error: --batch-size=16 must be divisible by --nproc=3"
     assert not (tmp_path / "r").exists()
 
 

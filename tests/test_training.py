@@ -423,3 +423,31 @@ def test_micro_batches_train_the_same_run_as_the_whole_batch(task, tmp_path):
 def test_a_micro_batch_size_that_is_not_a_positive_integer_is_refused(bad):
     with pytest.raises(ValueError, match=f"micro_batch_size={bad!r}"):
         TrainConfig(**TINY, micro_batch_size=bad)
+
+
+def test_epoch_sampling_shows_every_key_once_per_epoch_and_resumes_exactly():
+    """sampling="epochs" (the authors' Trainer's way of drawing memorization keys): each epoch is a permutation
+    of all keys, its own per epoch; a stream rebuilt from a saved state goes on with the same rows."""
+    from training.tasks import TrainStream, get_task
+
+    task = get_task("memorize", n=5, d=2)  # 25 keys; batches of 10 straddle the epochs
+    stream = TrainStream(task, batch_size=10, seed=7, sampling="epochs")
+    rows = torch.cat([stream.next()[0] for _ in range(5)])  # 50 rows: two epochs
+    everything = task.eval_set(task.held_out_size)[0]
+    key = lambda t: sorted(map(tuple, t.tolist()))  # noqa: E731
+    assert key(rows[:25]) == key(everything) == key(rows[25:])  # every key once in each epoch
+    assert not torch.equal(rows[:25], rows[25:])  # in another order
+    uniform = TrainStream(task, batch_size=50, seed=7).next()[0]
+    assert len(set(map(tuple, uniform.tolist()))) < 25  # with replacement, some keys repeat and some are missed
+    saved = stream.state_dict()
+    again = TrainStream(task, batch_size=10, seed=7, sampling="epochs")
+    again.load_state_dict(saved)
+    assert torch.equal(again.next()[0], stream.next()[0])
+
+
+@pytest.mark.parametrize("fields, message", [({"sampling": "shuffled"}, "sampling='shuffled' is not one of"),
+                                             ({"sampling": "epochs", "task": "addition"}, "memorize")])
+def test_an_unknown_sampling_or_epochs_on_an_endless_task_is_refused(fields, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        train(TrainConfig(**{**TINY, "steps": 2, **fields}), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "run.json").exists()

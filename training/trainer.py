@@ -89,6 +89,8 @@ class TrainConfig:
     eval_every: int = 200
     eval_samples: int | None = None  # default: the task's held-out set size
     eval_batch_size: int = 1024
+    sampling: str = "uniform"  # "epochs": each row of a finite training set (memorize) once per epoch, as the authors'
+    # Trainer draws keys; "uniform": rows drawn independently (with replacement), our default
     micro_batch_size: int | None = None  # rows per forward pass: the batch's gradient accumulated over slices of
     # this many rows (to fit a GPU's memory); None: the whole batch at once. The same run up to float rounding.
     checkpoint_every: int | None = None  # default: every eval
@@ -126,6 +128,8 @@ class TrainConfig:
             raise ValueError(f"weight_decay={self.weight_decay!r} and grad_clip={self.grad_clip!r} must be >= 0")
         if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} must be an integer >= 0")
+        if self.sampling not in TrainStream.SAMPLINGS:
+            raise ValueError(f"sampling={self.sampling!r} is not one of: {', '.join(TrainStream.SAMPLINGS)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
@@ -137,7 +141,10 @@ class TrainConfig:
         `task` is a name known to this process (built in, or added by `register_task`) or an import path
         (`package.module:Class`). To rebuild the task of a saved run use `training.run_task(run_dir)`,
         which also imports a task registered only in the process that trained it."""
-        return get_task(self.task, cache_dir=cache_dir, **self.task_params)
+        task = get_task(self.task, cache_dir=cache_dir, **self.task_params)
+        if self.sampling == "epochs" and not task.eval_is_train:
+            raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
+        return task
 
     def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
         """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted,
@@ -331,7 +338,8 @@ class _Loop:
         self.model = build_model(model_cfg).to(device)
         attach_tokenizer(self.model, task)  # saved with every checkpoint: to_str_tokens & co. speak its vocabulary
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, cfg.betas, device)
-        self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)
+        self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples,
+                                  sampling=cfg.sampling)
         self.eval_batch = task.eval_set(cfg.eval_samples)
         # what a checkpoint carries (set by _start_or_resume): the step, the seconds and best eval accuracy so far,
         # and the training loss summed over the steps since the last log

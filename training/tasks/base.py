@@ -256,11 +256,17 @@ class TrainStream:
 
     MAX_ROUNDS = 1000
     WARN_FRACTION = 0.25  # warn once if more than this fraction of the first batch had to be redrawn
+    SAMPLINGS = ("uniform", "epochs")
 
-    def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None):
+    def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None, sampling: str = "uniform"):
         self.task = task
         self.batch_size = _check_int("TrainStream", "batch_size", batch_size, 1)
         self.seed = _check_int("TrainStream", "seed", seed, 0)
+        if sampling not in self.SAMPLINGS:
+            raise ValueError(f"sampling={sampling!r} is not one of: {', '.join(self.SAMPLINGS)}")
+        if sampling == "epochs" and not task.eval_is_train:
+            raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
+        self.sampling = sampling
         self.generator = torch.Generator().manual_seed(self.seed)
         self.step = 0  # batches yielded so far
         self.rows_replaced = 0  # rows redrawn because they matched an eval row
@@ -269,7 +275,7 @@ class TrainStream:
         self._eval_hashes = row_hash(task.eval_set(self.eval_n)[0]).unique() if self.filtering else None
 
     def next(self) -> Batch:
-        batch = self.task.sample(self.batch_size, self.generator)
+        batch = self._epoch_rows() if self.sampling == "epochs" else self.task.sample(self.batch_size, self.generator)
         if self.filtering:
             bad = torch.isin(row_hash(batch[0]), self._eval_hashes).nonzero().squeeze(1)
             rounds = 0
@@ -299,6 +305,22 @@ class TrainStream:
         return batch
 
     __next__ = next
+
+    def _epoch_rows(self) -> Batch:
+        """The next batch_size rows of a pass over the whole training set, each row once per epoch in an order of
+        its own (epoch e's permutation seeded by the stream's seed and e), as the authors' Trainer samples keys.
+        A function of the step alone, so a resumed stream goes on exactly."""
+        if not hasattr(self, "_everything"):
+            self._everything = self.task.eval_set(self.task.held_out_size)
+        everything = self._everything
+        n_rows, start = everything[0].shape[0], self.step * self.batch_size
+        rows = torch.arange(start, start + self.batch_size)
+        index = torch.empty_like(rows)
+        for epoch in (rows // n_rows).unique().tolist():
+            order = torch.randperm(n_rows, generator=torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**63))
+            here = rows // n_rows == epoch
+            index[here] = order[rows[here] % n_rows]
+        return tuple(t[index] for t in everything)
 
     def __iter__(self) -> Iterator[Batch]:
         return self
