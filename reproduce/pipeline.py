@@ -342,6 +342,10 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
 
 # --------------------------------------------------------------------------- figures and report, when their inputs changed
 CODE_PACKAGES = ("analysis", "figures", "reproduce")  # whose files a figure or the report is made by
+# What counts as code there: sources and the data they ship (presets, the authors' reference), not what a run writes
+# inside a package folder (`figures/out/`, the default figures folder: its images would change the fingerprint they
+# are drawn under, so the first rerun of a fresh study redrew everything).
+CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json")
 
 
 def _stamp(path: Path) -> list[Any]:
@@ -364,7 +368,7 @@ def inputs_fingerprint(runs: pd.DataFrame, out: Path, options: dict[str, Any]) -
     stamps.extend(_stamp(out / f) for f in (SIGNAL_FILE, SPEED_FILE) if (out / f).is_file())
     for package in CODE_PACKAGES:
         stamps.extend([f.relative_to(PROJECT_ROOT).as_posix(), hashlib.sha256(f.read_bytes()).hexdigest()]
-                      for f in sorted((PROJECT_ROOT / package).rglob("*")) if f.is_file() and f.suffix != ".pyc")
+                      for f in sorted((PROJECT_ROOT / package).rglob("*")) if f.is_file() and f.suffix in CODE_SUFFIXES)
     digest.update(json.dumps([stamps, options], sort_keys=True, default=str).encode())
     return digest.hexdigest()
 

@@ -1102,3 +1102,23 @@ def test_finding_5_reads_the_covariance_reference_part_by_part(signal_dir):
     found = check_findings(ours, theirs(None))[4]
     assert found["verdict"] == "no_reference" and found["parts"][1]["reference"] is None
     assert "no reference" in found["verdict_text"] and "depth accuracy" in found["verdict_text"]
+
+
+def test_images_drawn_inside_the_figures_package_do_not_change_the_inputs_fingerprint(tmp_path):
+    """The default figures folder lies inside the figures package (figures/out/): what a study draws there is not
+    code, so a fresh study's first rerun finds its figures and report unchanged instead of redrawing them all."""
+    import pandas as pd
+
+    from reproduce.pipeline import PROJECT_ROOT, inputs_fingerprint
+
+    runs = pd.DataFrame({"path": [], "variant": []})
+    before = inputs_fingerprint(runs, tmp_path, {"preset": "x"})
+    probe = PROJECT_ROOT / "figures" / "out" / "_fingerprint_probe" / "figure.png"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        probe.write_bytes(b"\x89PNG not code")
+        assert inputs_fingerprint(runs, tmp_path, {"preset": "x"}) == before
+    finally:
+        probe.unlink()
+        probe.parent.rmdir()
+    assert inputs_fingerprint(runs, tmp_path, {"preset": "y"}) != before  # the options still count
