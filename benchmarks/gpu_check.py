@@ -56,7 +56,7 @@ def write(out: Path, name: str, data: Any) -> None:
 
 
 def python_env() -> dict[str, str]:
-    """The environment of the subprocesses: this checkout importable, one thread each on a CPU."""
+    """The environment of the subprocesses: this checkout importable, output unbuffered."""
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 

@@ -52,6 +52,7 @@ from .rundir import (
 from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
 from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_import_path
+from .tasks.base import check_sampling
 from .trackers import open_tracker
 
 __all__ = [  # this module's own names, then those re-exported from the modules above
@@ -128,8 +129,7 @@ class TrainConfig:
             raise ValueError(f"weight_decay={self.weight_decay!r} and grad_clip={self.grad_clip!r} must be >= 0")
         if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} must be an integer >= 0")
-        if self.sampling not in TrainStream.SAMPLINGS:
-            raise ValueError(f"sampling={self.sampling!r} is not one of: {', '.join(TrainStream.SAMPLINGS)}")
+        check_sampling(self.sampling)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
@@ -142,8 +142,7 @@ class TrainConfig:
         (`package.module:Class`). To rebuild the task of a saved run use `training.run_task(run_dir)`,
         which also imports a task registered only in the process that trained it."""
         task = get_task(self.task, cache_dir=cache_dir, **self.task_params)
-        if self.sampling == "epochs" and not task.eval_is_train:
-            raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
+        check_sampling(self.sampling, task)  # before anything is written: epochs need a finite training set
         return task
 
     def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:

@@ -244,6 +244,17 @@ def attach_tokenizer(model: Any, task: Task) -> None:
 
 
 # --------------------------------------------------------------------------- training stream
+SAMPLINGS = ("uniform", "epochs")  # how a TrainStream draws rows (TrainConfig.sampling)
+
+
+def check_sampling(sampling: str, task: Task | None = None) -> None:
+    """ValueError unless `sampling` is one of SAMPLINGS and, for "epochs", `task` has a finite training set."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling={sampling!r} is not one of: {', '.join(SAMPLINGS)}")
+    if sampling == "epochs" and task is not None and not task.eval_is_train:
+        raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
+
+
 class TrainStream:
     """Endless, resumable stream of training batches that never yields an eval row.
 
@@ -256,17 +267,16 @@ class TrainStream:
 
     MAX_ROUNDS = 1000
     WARN_FRACTION = 0.25  # warn once if more than this fraction of the first batch had to be redrawn
-    SAMPLINGS = ("uniform", "epochs")
+    SAMPLINGS = SAMPLINGS
 
     def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None, sampling: str = "uniform"):
         self.task = task
         self.batch_size = _check_int("TrainStream", "batch_size", batch_size, 1)
         self.seed = _check_int("TrainStream", "seed", seed, 0)
-        if sampling not in self.SAMPLINGS:
-            raise ValueError(f"sampling={sampling!r} is not one of: {', '.join(self.SAMPLINGS)}")
-        if sampling == "epochs" and not task.eval_is_train:
-            raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
+        check_sampling(sampling, task)
         self.sampling = sampling
+        # epochs: the whole (finite) training set, once; uniform: rows come from task.sample
+        self._everything = task.eval_set(task.held_out_size) if sampling == "epochs" else None
         self.generator = torch.Generator().manual_seed(self.seed)
         self.step = 0  # batches yielded so far
         self.rows_replaced = 0  # rows redrawn because they matched an eval row
@@ -310,8 +320,6 @@ class TrainStream:
         """The next batch_size rows of a pass over the whole training set, each row once per epoch in an order of
         its own (epoch e's permutation seeded by the stream's seed and e), as the authors' Trainer samples keys.
         A function of the step alone, so a resumed stream goes on exactly."""
-        if not hasattr(self, "_everything"):
-            self._everything = self.task.eval_set(self.task.held_out_size)
         everything = self._everything
         n_rows, start = everything[0].shape[0], self.step * self.batch_size
         rows = torch.arange(start, start + self.batch_size)
