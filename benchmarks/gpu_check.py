@@ -275,7 +275,7 @@ def open_on_cpu(tarball: Path, out: Path) -> dict[str, Any]:
         results[variant] = {"logits_relative_error": error, "analyze_rc": analyze["rc"],
                             "analysis": (run_dir / "analysis" / "analysis.json").is_file(), "tail": analyze["tail"]}
     results["explorer"] = run([sys.executable, "-c", EXPLORER, str(root / "runs")], env=env)
-    results["ok"] = bool(results) and results["explorer"]["rc"] == 0 and all(
+    results["ok"] = {"standard", "mixit"} <= set(results) and results["explorer"]["rc"] == 0 and all(
         r["analyze_rc"] == 0 and r["analysis"] and r["logits_relative_error"] < 1e-3
         for k, r in results.items() if k not in ("explorer", "ok"))
     return results
