@@ -186,9 +186,10 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
                 continue
             seconds += cfg.steps * r["step_ms"] / 1e3 + (cfg.steps // cfg.eval_every) * r["eval_ms"] / 1e3
         table.append({"study": study, "runs": len(runs), "steps": sum(c.steps for c, _ in runs),
-                      "hours": round(seconds / 3600, 2), "runs_unmeasured": missing})
+                      "seconds": round(seconds, 1), "hours": round(seconds / 3600, 2), "runs_unmeasured": missing})
+    total = sum(t["seconds"] for t in table)  # summed unrounded-to-hours: a small preset's studies each round to 0 h
     table.append({"study": "total", "runs": sum(t["runs"] for t in table), "steps": sum(t["steps"] for t in table),
-                  "hours": round(sum(t["hours"] for t in table), 2),
+                  "seconds": round(total, 1), "hours": round(total / 3600, 2),
                   "runs_unmeasured": sum(t["runs_unmeasured"] for t in table)})
     return table
 

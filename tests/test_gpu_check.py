@@ -29,7 +29,7 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     assert {r["study"] for r in rows} >= {"lm", "sentiment", "memorize"}  # text studies on the made-up corpus
     assert all(r["error"] is None and r["step_ms"] > 0 for r in rows)
     hours = json.loads((out / "hours.json").read_text())
-    assert hours[-1]["study"] == "total" and hours[-1]["runs_unmeasured"] == 0 and hours[-1]["hours"] > 0
+    assert hours[-1]["study"] == "total" and hours[-1]["runs_unmeasured"] == 0 and hours[-1]["seconds"] > 0
     opened = json.loads((out / "opened.json").read_text())
     assert opened["ok"] and {"standard", "mixit"} <= set(opened)
     assert all(opened[v]["logits_relative_error"] < 1e-6 for v in ("standard", "mixit"))
