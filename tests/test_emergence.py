@@ -187,7 +187,8 @@ def test_the_sentences_say_whether_each_gap_shrinks_or_grows(scale_dir):
     assert dyck.count("shrinks") == 3 and "grows" not in dyck
 
     sent = gap_sentence("scale_sentiment", t["scale_sentiment"])
-    assert sent.startswith("From width 64, 2 layers to width 128, 4 layers, standard − MixiT grows (+20.0 → +30.0")
+    assert sent.startswith("From width 64, 2 layers to width 128, 4 layers (at 4 heads), standard − MixiT grows "
+                           "(+20.0 → +30.0")
     assert sent.endswith("(the paper: MixiT about as good as standard, +2.0 points on Yelp).")
 
     mem = gap_sentence("scale_memorize", t["scale_memorize"])
@@ -212,6 +213,27 @@ def test_a_shrinking_depth_loss_and_a_growing_dyck_gap(tmp_path):
         in dyck and "shrinks" not in dyck  # every point along the axis, the verdict from its ends
     depth = gap_sentence("scale_depth", t["scale_depth"])
     assert "shrinks (+40.0 → +2.0" in depth
+
+
+def test_sentiment_heads_are_an_axis_of_their_own(tmp_path):
+    """MixiT's heads (4 -> 16, the authors' README) move at each width; the sentence follows each move and the
+    figure draws each size apart."""
+    sent = {"seq_len": 64, "vocab_size": 1024}
+    accs = {(64, 2, 4): (0.78, 0.55), (64, 2, 16): (0.76, 0.50), (128, 4, 4): (0.80, 0.52), (128, 4, 16): (0.80, 0.70)}
+    for (w, layers, heads), (s, m) in accs.items():
+        for variant, acc in (("standard", s), ("mixit", m)):
+            _run(tmp_path, f"scale-sentiment-w{w}-h{heads}", variant, "sentiment", sent, acc, d_model=w,
+                 n_layers=layers, n_heads=heads)
+    t = emergence_tables(tmp_path)["scale_sentiment"]
+    assert set(t["n_heads"]) == {4, 16} and len(t) == 8
+    sentence = gap_sentence("scale_sentiment", t)
+    assert sentence.startswith("From width 64, 2 layers, 4 heads to width 128, 4 layers, 16 heads, standard − MixiT "
+                               "shrinks (+23.0 → +10.0 points)")
+    assert "as heads goes from 4 to 16 (at width 64, 2 layers), standard − MixiT grows (+23.0 → +26.0" in sentence
+    assert "as heads goes from 4 to 16 (at width 128, 4 layers), standard − MixiT shrinks (+28.0 → +10.0" in sentence
+    lines = _data_lines(FIGURES["scale_sentiment"].plot(tmp_path))
+    x, y = lines[(0, "mixit|")]
+    assert list(x) == [0, 1, 2, 3] and y == pytest.approx([55.0, 50.0, 52.0, 70.0])  # by width, depth, heads
 
 
 def test_the_section_has_each_table_and_its_sentence(scale_dir):
