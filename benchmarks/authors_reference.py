@@ -27,7 +27,7 @@ Which script runs what (docs/fidelity.md, "Their algorithmic scripts", "Their de
 | retrieval (pairs k, num_values v) | depth.py | condattendstream_k with vocab_size 2(v+1): their values are 1..vocab_size//2-1 |
 | modadd (p) | modadd_exp.py | modadds_p (95% train, as ours) |
 | memorize (n, d, label_tokens keys) | hdmemorize_exp.py | hdmemorize_n_d_1.0 (labels are key tokens of position 0, = our `label_tokens: keys`) |
-| sentiment | trainer_classifier.py | not run, see below |
+| sentiment (seq_len L) | trainer_classifier.py | yelp_polarity with `--max_seq_len=L`; tokenizer and data ours, see below |
 
 Every run passes `--model_name_or_path=llama` (their Llama file, as their Slurm scripts do) and our
 width (`--n_embd`), layers (`--n_layer`), heads (`--n_head`), seed (`--seed`), peak learning rate
@@ -112,10 +112,27 @@ Their metrics and ours (each record's `value` is their `compute_metrics` accurac
   `<stop>` (a pad, when the sum has d digits) is; and the accuracy is averaged over tokens, not rows.
   `sequence_accuracy` in the record is ours on their eval set.
 
-Sentiment (trainer_classifier.py) is not run: it loads its tokenizer from the Hugging Face Hub (the gated
-`meta-llama/Llama-3.2-1B` or `Llama-2-7b-hf` with `--model_name_or_path=llama`, else the model name) and
-its data with `datasets.load_dataset("fancyzhx/yelp_polarity")`; offline, neither loads, and replacing
-both (our BPE tokenizer, the local labelled sentences) would replace most of what the run would test.
+Sentiment (trainer_classifier.py, their `LlamaForSequenceClassification`) loads its tokenizer from the
+Hugging Face Hub (the gated `meta-llama/Llama-3.2-1B` with `--llama3=True`, as their README's command) and
+its data with `datasets.load_dataset("fancyzhx/yelp_polarity")`. Neither loads offline, so the runner
+answers both calls with our study's own (this file writes them, `sentiment_inputs`):
+- `AutoTokenizer` is pinned to a stand-in whose `from_pretrained` returns our study's BPE tokenizer (trained
+  on the training split, the study's `vocab_size`) as a `PreTrainedTokenizerFast` that prepends our
+  `<|endoftext|>` as its BOS (as Llama 3's prepends `<|begin_of_text|>`) and has our `<pad>` as its eos,
+  which their script then makes the pad token (`tokenizer.pad_token = tokenizer.eos_token`). Their
+  `tokenize_dataset` (padding to `max_seq_len`, truncation) then gives exactly our token rows; each run
+  checks every row and fails otherwise.
+- `datasets.load_dataset("fancyzhx/yelp_polarity", split=...)` returns our study's split of the same
+  labelled file (train: the training split; test: the held-out split, 20% of each class); any other
+  dataset is refused.
+- Their device line is `"cuda" if torch.cuda.is_available else "cpu"` (the function, not its result, so
+  always "cuda", and a local of `main()`, so it cannot be pinned): `torch.cuda.is_available` is replaced by
+  a callable whose truth is its result, so that line reads "cpu" on a machine without CUDA.
+Their classifier trainer is otherwise theirs: their model file at their classifier settings (bidirectional,
+`skip_scaling` sqrt(1/2), attention and MLP biases, `base_hidden_size` left at the config's default),
+padding attended (they pass no attention mask), the class read at the last non-pad token, the HF Trainer's
+shuffled epochs, AdamW betas (0.9, 0.999), linear decay to 0 (their script sets `lr_scheduler_type`), and
+their `compute_metrics` accuracy on the held-out split after the last step.
 """
 
 from __future__ import annotations
@@ -142,7 +159,8 @@ if str(ROOT) not in sys.path:
 
 RUNNER = Path(__file__).resolve().parent / "authors_runner.py"
 SCRIPTS = {"addition": "depth.py", "dyck": "depth.py", "retrieval": "depth.py", "modadd": "modadd_exp.py",
-           "memorize": "hdmemorize_exp.py"}
+           "memorize": "hdmemorize_exp.py", "sentiment": "trainer_classifier.py"}
+CLASSIFIER_VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "mixit", "shaped")  # trainer_classifier.py's flags
 # our variant -> (their shaped_attention, weight_frozen, freeze_attention, freeze_mlp)
 VARIANTS = {
     "standard": ("vanilla", 0, False, False),
@@ -156,8 +174,6 @@ VARIANTS = {
 FROZEN_ONLY_DEPTH = ("random", "mixit_weight_frozen")  # weight_frozen=1 means our variant only in depth.py
 DEPTH_STUDIES = ("depth",)  # studies that also get mixit_weight_frozen by default
 NOT_RUNNABLE = {
-    "sentiment": "trainer_classifier.py needs its tokenizer (gated meta-llama/Llama-3.2-1B) and yelp_polarity "
-                 "from the Hugging Face Hub; neither loads offline (see this file's docstring)",
     "lm": "trainer.py needs the Llama tokenizer from the Hub; not translated",
     "khop": "the authors' code has no k-hop task",
 }
@@ -168,8 +184,8 @@ ABOUT = (
     "accuracy: the same as a fraction; eval_loss: their final eval loss (their loss mask); eval_items: rows in their eval set; sequence_accuracy (streaming tasks): our row-level metric on their eval "
     "set; memorize: bits_per_trainable_param = our analysis.memory bits over their trainable parameters, "
     "label_accuracy = argmax over the label tokens. Their optimizer (AdamW betas 0.9/0.999, cosine to 0), "
-    "init (0.02 everywhere) and fp32 on CPU. Sentiment not run: trainer_classifier.py loads a gated Hub "
-    "tokenizer and yelp_polarity from the Hub, impossible offline."
+    "init (0.02 everywhere) and fp32 on CPU. Sentiment: trainer_classifier.py (linear decay to 0) with our "
+    "study's tokenizer and labelled split in place of the Hub's (their token ids equal ours, checked per run)."
 )
 
 
@@ -227,6 +243,8 @@ def translate(run: dict) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} has no counterpart in their flags: {', '.join(VARIANTS)}")
     script = SCRIPTS[task]
+    if script == "trainer_classifier.py":
+        return _translate_classifier(run)
     attention, frozen, freeze_qk, freeze_mlp = VARIANTS[variant]
     if variant in FROZEN_ONLY_DEPTH and script != "depth.py":
         raise ValueError(f"{script}: weight_frozen=1 also freezes the token embeddings (its name list lacks "
@@ -281,6 +299,51 @@ def translate(run: dict) -> dict:
         argv.append("--freeze_mlp=True")
     argv += ["--report_to=none", "--disable_tqdm=True"]
     return {"script": script, "argv": argv, "pins": pins, "kind": kind, "task_info": task_info}
+
+
+def _translate_classifier(run: dict) -> dict:
+    """trainer_classifier.py's flags for one sentiment run. Their tokenizer and data come from the Hub; the
+    runner hands their script ours instead (`kind: classifier`, see run_one and the docstring)."""
+    variant = run["variant"]
+    if variant not in CLASSIFIER_VARIANTS:
+        raise ValueError(f"trainer_classifier.py has no weight freezing: variant {variant!r} has no counterpart; "
+                         f"allowed: {', '.join(CLASSIFIER_VARIANTS)}")
+    attention, _, freeze_qk, freeze_mlp = VARIANTS[variant]
+    seq_len = int(run["task_params"].get("seq_len", 64))
+    argv = ["--model_name_or_path=llama", "--llama3=True", "--task=yelp_polarity", f"--max_seq_len={seq_len}",
+            f"--n_embd={run['d_model']}", f"--n_layer={run['n_layers']}", f"--n_head={run['n_heads']}",
+            f"--seed={run['seed']}", f"--learning_rate={run['lr']}", f"--weight_decay={run['weight_decay']}",
+            f"--warmup_steps={run['warmup_steps']}", f"--per_device_train_batch_size={run['batch_size']}",
+            f"--max_steps={run['steps']}", f"--shaped_attention={attention}", "--output_dir=out"]
+    if freeze_qk:
+        argv.append("--freeze_attention=True")
+    if freeze_mlp:
+        argv.append("--freeze_mlp=True")
+    argv += ["--report_to=none", "--disable_tqdm=True"]
+    return {"script": "trainer_classifier.py", "argv": argv, "pins": {}, "kind": "classifier",
+            "task_info": {"task": "sentiment", "seq_len": seq_len}}
+
+
+def sentiment_inputs(run: dict, text_files: list[str] | None = None) -> dict:
+    """What the runner gives their classifier in place of the Hub's: our study's tokenizer (JSON), its special
+    tokens, the labelled split (texts and class indices) and our token rows of both splits, to check theirs by."""
+    from models.tokenizer import BOS_TOKEN, PAD_TOKEN
+    from reproduce.pipeline import choose_text
+    from training.tasks.text import load_labelled_corpus
+    from training.tasks.registry import get_task
+
+    choice = choose_text("sentiment", text_files)
+    if choice.skipped:
+        raise SystemExit(f"sentiment: {choice.note}")
+    task = get_task("sentiment", **{**run["task_params"], **choice.params})
+    corpus = load_labelled_corpus(task.text_file, task.dataset, task.classes, task.val_fraction, task.max_docs,
+                                  task.cache_dir)  # the texts behind task.train_rows / val_rows, in their order
+    return {
+        "tokenizer": task.text_tokenizer.to_str(), "bos_token": BOS_TOKEN, "pad_token": PAD_TOKEN,
+        "classes": task.classes, "source": choice.note,
+        "train": {"text": corpus.train_texts, "label": task.train_labels.tolist(), "rows": task.train_rows.tolist()},
+        "test": {"text": corpus.val_texts, "label": task.val_labels.tolist(), "rows": task.val_rows.tolist()},
+    }
 
 
 def their_optimizer_steps(t: dict) -> int:
@@ -342,7 +405,8 @@ def merge_records(path: Path, new: list[dict]) -> None:
         tmp.replace(path)
 
 
-def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_dir: Path | None) -> dict:
+def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_dir: Path | None,
+            text_files: list[str] | None = None) -> dict:
     """Train one run with their script; the record for it (raises RuntimeError with the log tail on failure)."""
     t = translate(run)
     work = Path(tempfile.mkdtemp(prefix="authors_run_"))
@@ -350,6 +414,9 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
         for f in [repo / "configurator.py", *sorted(repo.glob("task_*.py"))]:
             (work / f.name).symlink_to(f.resolve())
         spec = {**t, "repo": str(repo.resolve()), "threads": threads, "out": str(work / "result.json")}
+        if t["kind"] == "classifier":  # their Hub tokenizer and data replaced by our study's (the runner wraps them)
+            spec["inputs"] = str(work / "inputs.json")
+            (work / "inputs.json").write_text(json.dumps(sentiment_inputs(run, text_files)))
         (work / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": str(threads),
                "MKL_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -359,7 +426,7 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
             proc = subprocess.run([python, str(RUNNER), str(work / "spec.json")], cwd=work, env=env, stdout=log,
                                   stderr=subprocess.STDOUT)
         wall = time.time() - start
-        name = f"{run['study']}_{run['task']}_{run['variant']}_L{run['n_layers']}_s{run['seed']}"
+        name = f"{run['study']}_{run['task']}_{run['variant']}_L{run['n_layers']}_h{run['n_heads']}_s{run['seed']}"
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             shutil.copy(work / "log.txt", log_dir / f"{name}.log")
@@ -373,10 +440,12 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
         acc_keys = [k for k in final if k.endswith("_accuracy")]
         held_out = [k for k in acc_keys if "testA" in k]
         acc_keys = held_out or acc_keys
+        if t["kind"] == "classifier":  # trainer_classifier.py's compute_metrics returns {"Acc": ...}
+            acc_keys = [k for k in final if k == "eval_Acc"]
         if len(acc_keys) != 1:
             raise RuntimeError(f"{name}: cannot find one accuracy in their final metrics {final}")
         accuracy = final[acc_keys[0]]
-        loss_key = acc_keys[0][: -len("accuracy")] + "loss"
+        loss_key = "eval_loss" if t["kind"] == "classifier" else acc_keys[0][: -len("accuracy")] + "loss"
         if res["optimizer_steps"] != run["steps"]:
             raise RuntimeError(f"{name}: their trainer took {res['optimizer_steps']} steps, ours {run['steps']}")
         rec = {**run, "metric": "accuracy", "value": 100.0 * accuracy, "accuracy": accuracy}
@@ -385,6 +454,11 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
         if t["kind"] == "stream":
             rec["sequence_accuracy"] = res["sequence_accuracy"]
             rec["answer_token_accuracy"] = res["answer_token_accuracy"]
+        if t["kind"] == "classifier":
+            if res["rows_differ"]:
+                raise RuntimeError(f"{name}: their tokenizer gave other token ids than ours in {res['rows_differ']} "
+                                   f"rows")
+            rec["inputs"] = res["inputs"]
         if t["kind"] == "memorize":
             import numpy as np
             import torch
@@ -429,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-dir", help="keep each run's log here")
     ap.add_argument("--launch-deadline", type=float, metavar="EPOCH_S",
                     help="start no run after this time (seconds since the epoch); the runs left are listed as skipped")
+    ap.add_argument("--sentiment-file", nargs="+", metavar="FILE",
+                    help="sentiment: the labelled corpus (default: as `mixit reproduce` picks it, ../shared/data first)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
     a = ap.parse_args(argv)
 
@@ -462,11 +538,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped (launch deadline): {r['study']} {r['task']} {r['variant']} L{r['n_layers']} seed {r['seed']}",
                   flush=True)
             return
-        rec = run_one(r, repo, python, a.threads, commit, Path(a.log_dir) if a.log_dir else None)
+        rec = run_one(r, repo, python, a.threads, commit, Path(a.log_dir) if a.log_dir else None, a.sentiment_file)
         with lock:
             merge_records(out, [rec])
-        print(f"{r['study']} {r['task']} {r['variant']} L{r['n_layers']} seed {r['seed']}: "
-              f"{rec['value']:.2f}% ({rec['wall_s']:.0f} s)", flush=True)
+        print(f"{r['study']} {r['task']} {r['variant']} d{r['d_model']} L{r['n_layers']} h{r['n_heads']} seed "
+              f"{r['seed']}: {rec['value']:.2f}% ({rec['wall_s']:.0f} s)", flush=True)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         futures = {pool.submit(job, r): r for r in runs}

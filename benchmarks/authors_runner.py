@@ -7,8 +7,9 @@ It must run under their interpreter (torch, transformers 4.51), so it imports no
 only the standard library at the top. SPEC.json (written by authors_reference.py) holds: `repo` (their
 checkout), `script` (e.g. "depth.py"), `argv` (their command-line flags), `pins` (globals of their
 script held at our values, see below), `kind` (which extra measurements to take), `task_info`,
-`threads` and `out` (where the result JSON goes; a memorize run also writes `<out>.logits.npy` and
-`<out>.labels.npy`). The working directory must be a scratch folder that holds links to their
+`threads`, `out` (where the result JSON goes; a memorize run also writes `<out>.logits.npy` and
+`<out>.labels.npy`) and, for the classifier, `inputs` (our tokenizer and labelled split, JSON). The
+working directory must be a scratch folder that holds links to their
 `configurator.py` and `task_*.py` (their scripts read those by relative path and write run folders
 into the working directory).
 
@@ -24,6 +25,10 @@ and the reasons):
 * `transformers.Trainer.evaluate` is wrapped so that the metrics of every evaluation their script runs
   are kept; the result is the last one, their final `trainer.evaluate()` after training.
 * torch uses `threads` threads.
+* `kind: classifier` (trainer_classifier.py): `AutoTokenizer` is pinned to a stand-in that returns our study's
+  tokenizer, `datasets.load_dataset` answers their yelp_polarity calls with our split (`inputs`, written by
+  authors_reference.py), and `torch.cuda.is_available` is made a callable whose truth is its result (their
+  device line tests the function itself). Their token rows are then compared with ours.
 
 After their script returns, this file reads their trained `model` from the namespace and measures, with
 their model and their data: trainable parameters (those with requires_grad after all of their freezing),
@@ -94,6 +99,61 @@ def _stub(name: str) -> None:
         sys.modules["sklearn.decomposition"] = sub
 
 
+class _TruthOfCall:
+    """`torch.cuda.is_available` whose truth is its result. trainer_classifier.py picks its device with
+    `"cuda" if torch.cuda.is_available else "cpu"` (the function, not its result: always "cuda")."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __bool__(self) -> bool:
+        return bool(self._fn())
+
+
+def _classifier_inputs(path: str) -> tuple[dict, dict]:
+    """What replaces the Hub for trainer_classifier.py: pins (an `AutoTokenizer` whose from_pretrained gives our
+    study's tokenizer, wrapped as a PreTrainedTokenizerFast that prepends our BOS and pads with our pad token
+    as their eos) and `datasets.load_dataset` answering their yelp_polarity calls with our labelled split."""
+    import datasets
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    data = json.loads(open(path).read())
+    bos, pad = data["bos_token"], data["pad_token"]
+    tok = Tokenizer.from_str(data["tokenizer"])
+    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=pad, pad_token=pad,
+                                   padding_side="right")
+    splits = {k: datasets.Dataset.from_dict({"text": data[k]["text"], "label": data[k]["label"]})
+              for k in ("train", "test")}
+    asked: list[str] = []
+
+    def from_pretrained(name, *args, **kwargs):
+        asked.append(str(name))
+        return fast
+
+    def load_dataset(path, *args, split=None, **kwargs):
+        if path != "fancyzhx/yelp_polarity" or split not in splits:
+            raise RuntimeError(f"load_dataset({path!r}, split={split!r}): only yelp_polarity's train/test are given")
+        return splits[split]
+
+    datasets.load_dataset = load_dataset
+    torch_cuda = sys.modules["torch"].cuda
+    torch_cuda.is_available = _TruthOfCall(torch_cuda.is_available)
+    about = {"tokenizer_asked": asked, "vocab": len(fast), "source": data["source"],
+             "train_rows": len(data["train"]["text"]), "eval_rows": len(data["test"]["text"])}
+    return {"AutoTokenizer": types.SimpleNamespace(from_pretrained=from_pretrained)}, {"data": data, "about": about}
+
+
+def _rows_differ(dataset, rows: list[list[int]]) -> int:
+    """How many of their tokenized rows differ from ours (the same texts, in the same order)."""
+    theirs = [list(map(int, r)) for r in dataset["input_ids"]]
+    return sum(a != b for a, b in zip(theirs, rows)) + abs(len(theirs) - len(rows))
+
+
 def _sequence_accuracy(model, tokens, task_info: dict) -> dict:
     """Our metric on their eval rows: a row counts as right when every answer token is predicted (argmax
     at the previous position). Answer tokens: addition, the sum digits and the stop token (ids >= 20);
@@ -137,9 +197,11 @@ def main() -> None:
     _stub("sklearn")
 
     evaluations: list[dict] = []
+    trainers: list = []  # the trainer that evaluated (trainer_classifier.py keeps its own inside main())
     original_evaluate = transformers.Trainer.evaluate
 
     def evaluate(self, *args, **kwargs):
+        trainers.append(self)
         metrics = original_evaluate(self, *args, **kwargs)
         evaluations.append({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
         return metrics
@@ -148,13 +210,18 @@ def main() -> None:
 
     script = os.path.join(repo, spec["script"])
     sys.argv = [spec["script"], *spec["argv"]]
-    ns = PinnedNamespace(spec["pins"])
+    pins, classifier = dict(spec["pins"]), None
+    if spec["kind"] == "classifier":
+        objects, classifier = _classifier_inputs(spec["inputs"])
+        pins.update(objects)
+    ns = PinnedNamespace(pins)
     dict.update(ns, {"__name__": "__main__", "__file__": script, "__builtins__": builtins})
     start = time.time()
     exec(compile(open(script).read(), script, "exec"), ns)
     train_wall = time.time() - start
 
-    model = ns["model"]
+    trainer = ns["trainer"] if "trainer" in ns else trainers[-1]
+    model = trainer.model
     params = list(model.parameters())
     result = {
         "evaluations": evaluations,
@@ -162,12 +229,12 @@ def main() -> None:
         "params_trainable": sum(p.numel() for p in params if p.requires_grad),
         "params_total": sum(p.numel() for p in params),
         "trainable_names": [n for n, p in model.named_parameters() if p.requires_grad],
-        "optimizer_steps": int(ns["trainer"].state.global_step),
+        "optimizer_steps": int(trainer.state.global_step),
         "torch_threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "script_wall_s": train_wall,
-        "pinned": {k: ns[k] for k in spec["pins"]},
+        "pinned": {k: ns[k] for k in spec["pins"]},  # JSON pins only (the classifier's objects are in `inputs`)
     }
     kind = spec["kind"]
     if kind == "stream":
@@ -188,6 +255,12 @@ def main() -> None:
         np.save(spec["out"] + ".logits.npy", torch.cat(chunks).numpy())
         np.save(spec["out"] + ".labels.npy", data[:, -1].numpy())
         result["eval_rows"] = int(data.shape[0])
+    elif kind == "classifier":
+        data = classifier["data"]
+        result["rows_differ"] = (_rows_differ(trainer.train_dataset, data["train"]["rows"])
+                                 + _rows_differ(trainer.eval_dataset, data["test"]["rows"]))
+        result["inputs"] = classifier["about"]
+        result["eval_rows"] = len(trainer.eval_dataset)
     elif kind == "modadd":
         result["eval_rows"] = int(len(ns["taskA_test"]))
     with open(spec["out"], "w") as f:

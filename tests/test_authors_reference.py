@@ -62,12 +62,13 @@ def _check_ours(r, t):
     """The translation carries every setting of ours and takes our number of optimizer steps."""
     f = _flags(t)
     assert ar.their_optimizer_steps(t) == r["steps"]
-    assert f["model_name_or_path"] == "llama" and t["pins"]["device"] == "cpu"
+    assert f["model_name_or_path"] == "llama"
+    assert t["kind"] == "classifier" or t["pins"]["device"] == "cpu"  # the classifier's device: see the runner
     assert (int(f["n_embd"]), int(f["n_layer"]), int(f["n_head"])) == (r["d_model"], r["n_layers"], r["n_heads"])
     assert float(f["learning_rate"]) == r["lr"] and float(f["weight_decay"]) == r["weight_decay"]
     assert int(f["warmup_steps"]) == r["warmup_steps"] and int(f["seed"]) == r["seed"]
     assert t["pins"].get("per_device_train_batch_size", int(f["per_device_train_batch_size"])) == r["batch_size"]
-    assert "weight_frozen" in f  # their scripts default it to 1: always explicit
+    assert "weight_frozen" in f or t["kind"] == "classifier"  # their scripts default it to 1: always explicit
 
 
 @pytest.mark.parametrize("study,script", [
@@ -157,7 +158,7 @@ def test_refusals(preset):
     with pytest.raises(ValueError, match="freeze"):
         ar.translate(dict(mod, variant="frozen_qk"))
     with pytest.raises(ValueError):
-        ar.translate(dict(mod, task="sentiment"))
+        ar.translate(dict(mod, task="lm"))
 
 
 def test_dry_run_and_merge(preset, tmp_path, capsys):
@@ -244,3 +245,56 @@ def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset
     t7 = reference_signal(load_reference(), tmp_path / "signal.csv")
     assert len(t7) == len(signal_labels(s)) * len(s["widths"]) * len(s["depths"])
     assert set(t7["variant"]) == set(signal_labels(s))
+
+
+# --------------------------------------------------------------------------- sentiment: their classifier
+def test_sentiment_translates_to_their_classifier():
+    quick = load_preset("quick")
+    runs = ar.study_runs(quick, "sentiment", seeds=[0])
+    assert {r["variant"] for r in runs} == {"standard", "frozen_qk", "mixit"}
+    for r in runs:
+        t = ar.translate(r)
+        f = _flags(t)
+        assert t["script"] == "trainer_classifier.py" and t["kind"] == "classifier"
+        assert ar.their_optimizer_steps(t) == r["steps"] == 300
+        assert (int(f["n_embd"]), int(f["n_layer"]), int(f["n_head"])) == (r["d_model"], r["n_layers"], r["n_heads"])
+        assert int(f["max_seq_len"]) == r["task_params"]["seq_len"] and f["task"] == "yelp_polarity"
+        assert float(f["learning_rate"]) == r["lr"] and int(f["warmup_steps"]) == r["warmup_steps"]
+        assert int(f["per_device_train_batch_size"]) == r["batch_size"] and int(f["seed"]) == r["seed"]
+        assert f["shaped_attention"] == {"standard": "vanilla", "frozen_qk": "vanilla", "mixit": "mixing"}[r["variant"]]
+        assert ("freeze_attention" in f) == (r["variant"] == "frozen_qk")
+    with pytest.raises(ValueError, match="no weight freezing"):
+        ar.translate(dict(runs[0], variant="random"))
+
+
+def test_their_classifier_gets_our_tokenizer_and_split(tmp_path, monkeypatch):
+    """The runner's stand-ins for the Hub (run here, in our Python): their tokenizer call on our texts gives
+    our token rows, and their yelp_polarity calls give our split; anything else they load is refused."""
+    import datasets
+    import torch
+
+    import authors_runner
+
+    words = ["good", "bad", "great", "awful", "food", "service", "place", "slow", "friendly", "cold"]
+    lines = [f"the {words[i % 10]} {words[(3 * i) % 10]} was {words[(7 * i) % 10]} indeed\t{i % 2}" for i in range(40)]
+    corpus = tmp_path / "labelled.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    run = {"task_params": {"seq_len": 8, "vocab_size": 300}}
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps(ar.sentiment_inputs(run, [str(corpus)])))
+    monkeypatch.setattr(datasets, "load_dataset", datasets.load_dataset)  # restored after the test
+    monkeypatch.setattr(torch.cuda, "is_available", torch.cuda.is_available)
+    pins, got = authors_runner._classifier_inputs(str(inputs))
+    tokenizer = pins["AutoTokenizer"].from_pretrained("meta-llama/Llama-3.2-1B", truncation=True)
+    tokenizer.pad_token = tokenizer.eos_token  # their line
+    data = got["data"]
+    for split in ("train", "test"):
+        theirs = datasets.load_dataset("fancyzhx/yelp_polarity", split=split)
+        assert list(theirs["text"]) == data[split]["text"] and list(theirs["label"]) == data[split]["label"]
+        ids = tokenizer(list(theirs["text"]), padding="max_length", truncation=True, max_length=8)["input_ids"]
+        assert ids == data[split]["rows"]  # <|endoftext|> + tokens, cut to 8, right-padded with <pad>
+    assert len(data["train"]["text"]) == 32 and len(data["test"]["text"]) == 8  # 20% of each class held out
+    assert got["about"]["tokenizer_asked"] == ["meta-llama/Llama-3.2-1B"]
+    with pytest.raises(RuntimeError, match="only yelp_polarity"):
+        datasets.load_dataset("Yelp/yelp_review_full", split="train")
+    assert bool(torch.cuda.is_available) == torch.cuda.is_available()  # their device line reads its truth
