@@ -49,6 +49,16 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: the same cleanup runs (exit 143)."""
 
 
+_SIGTERM_SEEN = threading.Event()  # set by stop_on_sigterm's handler; cleared when a block starts
+
+
+def was_terminated(error: KeyboardInterrupt) -> bool:
+    """Whether an interrupt came from SIGTERM. Not only `isinstance(error, Terminated)`: a library that catches
+    the KeyboardInterrupt a signal handler raises inside its own blocking call and raises a plain one in its place
+    (Ray's ray.get/ray.wait do) would turn a SIGTERM into a Ctrl-C (exit 130 for 143) by the signal's timing."""
+    return isinstance(error, Terminated) or _SIGTERM_SEEN.is_set()
+
+
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """Inside this block SIGTERM raises `Terminated` (once: a second one, during the cleanup, is ignored), so that a
@@ -59,8 +69,10 @@ def stop_on_sigterm() -> Iterator[None]:
 
     def terminated(signum, frame):  # the signature signal.signal expects
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _SIGTERM_SEEN.set()
         raise Terminated
 
+    _SIGTERM_SEEN.clear()
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
         yield

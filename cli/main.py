@@ -32,7 +32,7 @@ from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingD
 
 from . import analyze, app, figures, reproduce
 from .common import (
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, CLIError, Terminated, stop_on_sigterm, OneLineParser, add_executor_options, executor_from_args,
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, CLIError, stop_on_sigterm, was_terminated, OneLineParser, add_executor_options, executor_from_args,
     check_output_dir, input_errors, os_error_line, path_arg,
 )
 
@@ -453,6 +453,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM inside stop_on_sigterm (Terminated)
         hint = ("rerun with --resume to continue from the last checkpoint" if args.command == "train" else
                 "rerun the same command to continue: finished work is kept")
-        print(f"mixit {args.command}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}; {hint}",
-              file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+        terminated = was_terminated(e)
+        print(f"mixit {args.command}: {'terminated' if terminated else 'interrupted'}; {hint}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

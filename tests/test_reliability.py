@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 from cli.main import main
 from conftest import ROOT
 from models import load_model
@@ -144,6 +144,31 @@ def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
     code, _, err = run_cli(["sweep", "--tasks", "addition", "--variants", "standard", "--steps", "5",
                             "--out", str(tmp_path)], capsys)
     assert code == EXIT_INTERRUPTED and "rerun the same command" in err and "--resume" not in err
+
+
+def test_a_sigterm_that_a_library_rethrows_as_a_plain_interrupt_still_exits_143(tmp_path, capsys, monkeypatch):
+    """Ray's ray.get catches the KeyboardInterrupt that a signal handler raises inside it and raises a plain one in
+    its place; the exit status follows the signal, not the exception's class (was: 130 or 143 by the timing)."""
+    import training.sweep as sweep_mod
+
+    def like_ray(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt from None
+        raise AssertionError("SIGTERM did not interrupt the sweep")
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    argv = ["sweep", "--tasks", "addition", "--variants", "standard", "--steps", "5", "--out"]
+    monkeypatch.setattr(sweep_mod, "train", like_ray)
+    code, _, err = run_cli([*argv, str(tmp_path / "a")], capsys)
+    assert code == EXIT_TERMINATED and "terminated" in err
+    monkeypatch.setattr(sweep_mod, "train", ctrl_c)  # the next command starts afresh: a Ctrl-C is a Ctrl-C
+    code, _, err = run_cli([*argv, str(tmp_path / "b")], capsys)
+    assert code == EXIT_INTERRUPTED and "interrupted" in err
 
 
 # --------------------------------------------------------------------------- the explorer stops on SIGTERM
