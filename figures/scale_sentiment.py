@@ -38,7 +38,7 @@ def plot(runs: Runs | str | Path) -> Figure:
         ax.axhline(50, color="#999999", linewidth=0.6, linestyle=":", zorder=0)  # chance: two balanced classes
         ax.set_xticks(range(len(points)), [f"{w:,}\n{n} L\n{h} h" for w, n, h in points], fontsize="small")
         ax.set_xlim(-0.4, len(points) - 0.6)
-        ax.set_xlabel("classifier width, layers (L), heads (h); the quick preset's on the left")
+        ax.set_xlabel("width, layers (L), heads (h); the quick preset at left")
         ax.set_ylabel("eval accuracy (%)")
         ax.set_ylim(min(40.0, float(runs["value"].min()) - 3), 100)
         title(ax, "dotted: the paper (Yelp reviews, 4 layers, width 1,024)",
