@@ -541,17 +541,24 @@ def test_mixit_app_with_nothing_to_open_says_where_to_point_it(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
-def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(sig, status):
+def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(tmp_path, sig, status):
     from cli.app import launch
 
-    server = [sys.executable, "-c", "import time; time.sleep(60)"]  # stands in for streamlit
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), sig))  # Ctrl-C, or `kill PID`, on `mixit app`
-    timer.start()
+    up = tmp_path / "server-up"
+    server = [sys.executable, "-c", f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"]
+
+    def signal_once_the_server_runs() -> None:  # Ctrl-C, or `kill PID`, on `mixit app` (not during its start)
+        deadline = time.monotonic() + 30
+        while not up.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), sig)
+
+    sender = threading.Thread(target=signal_once_the_server_runs, daemon=True)
+    sender.start()
     started = time.monotonic()
-    try:
-        assert launch(server) == status
-    finally:
-        timer.cancel()
+    assert launch(server) == status
+    sender.join(timeout=5)
     assert time.monotonic() - started < 30  # the server stopped with it
 
 
