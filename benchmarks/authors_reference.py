@@ -58,7 +58,9 @@ the held-out 5% for modular addition, every key for memorization), their metric 
 Behaviour of their code that is left as it is (it affects what the numbers mean):
 - hdmemorize_exp.py seeds torch with its default seed (0) before it reads the command line and not again
   before it builds the model, so `--seed` changes only the order of the training batches (the Trainer's
-  seed), not the initialisation; the labels come from a fixed seed (12345) in any case.
+  seed), not the initialisation; the labels come from a fixed seed (12345) in any case. `--seed-init`
+  (a control, not the reference: write its records to another `--out`) pins their global `seed` to ours,
+  so that torch is seeded with it before the model is built and each seed has its own initialisation.
 - The streaming tasks skip every training sequence that equals one of the 4,000 eval sequences. With
   short strings that recur (dyck with 8 pairs: 1,807 distinct eval strings), the skipped share is large
   (65% of dyck draws), so the eval set holds the frequent strings that training never sees.
@@ -158,6 +160,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RUNNER = Path(__file__).resolve().parent / "authors_runner.py"
+REFERENCE = ROOT / "reproduce" / "authors_reference.json"
 SCRIPTS = {"addition": "depth.py", "dyck": "depth.py", "retrieval": "depth.py", "modadd": "modadd_exp.py",
            "memorize": "hdmemorize_exp.py", "sentiment": "trainer_classifier.py"}
 CLASSIFIER_VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "mixit", "shaped")  # trainer_classifier.py's flags
@@ -279,6 +282,8 @@ def translate(run: dict) -> dict:
         if p.get("label_tokens", "own") != "keys":  # their labels are always position 0's key tokens
             raise ValueError("hdmemorize_exp.py writes labels with position 0's key tokens: our label_tokens='keys'")
         pins["task"] = f"hdmemorize_{n}_{d}_1.0"
+        if run.get("seed_init"):  # their init from our seed too (a control: see --seed-init)
+            pins["seed"] = run["seed"]
         task_info["n"] = n
         kind = "memorize"
     argv += [f"--n_embd={run['d_model']}", f"--n_layer={run['n_layers']}", f"--n_head={run['n_heads']}",
@@ -505,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no run after this time (seconds since the epoch); the runs left are listed as skipped")
     ap.add_argument("--sentiment-file", nargs="+", metavar="FILE",
                     help="sentiment: the labelled corpus (default: as `mixit reproduce` picks it, ../shared/data first)")
+    ap.add_argument("--seed-init", action="store_true",
+                    help="memorize: seed their initialisation with --seed too (a control; use another --out)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
     a = ap.parse_args(argv)
 
@@ -521,6 +528,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = [r for r in runs if r["n_layers"] in a.n_layers]
     if not runs:
         raise SystemExit(f"no runs match {a.task_param} / n_layers {a.n_layers}")
+    if a.seed_init:
+        if any(r["task"] != "memorize" for r in runs):
+            raise SystemExit("--seed-init: only hdmemorize_exp.py (memorize) seeds its model apart from --seed")
+        if Path(a.out).resolve() == REFERENCE.resolve():
+            raise SystemExit(f"--seed-init runs are a control, not the reference: give another --out than {a.out}")
+        runs = [dict(r, seed_init=True) for r in runs]
     plans = [(r, translate(r)) for r in runs]
     if a.dry_run:
         for r, t in plans:

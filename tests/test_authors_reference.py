@@ -298,3 +298,20 @@ def test_their_classifier_gets_our_tokenizer_and_split(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="only yelp_polarity"):
         datasets.load_dataset("Yelp/yelp_review_full", split="train")
     assert bool(torch.cuda.is_available) == torch.cuda.is_available()  # their device line reads its truth
+
+
+def test_seed_init_gives_their_memorization_an_initialisation_per_seed(preset, tmp_path):
+    run = ar.study_runs(preset, "memorize", variants=["mixit"], seeds=[3])[0]
+    assert "seed" not in ar.translate(run)["pins"]  # theirs: torch seeded with 0 before --seed is read
+    assert ar.translate(dict(run, seed_init=True))["pins"]["seed"] == 3
+    path = tmp_path / "t.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(PRESET))
+    common = ["--authors-repo", str(tmp_path), "--authors-python", "python", "--preset", str(path), "--seed-init",
+              "--dry-run"]
+    with pytest.raises(SystemExit, match="only hdmemorize_exp.py"):
+        ar.main([*common, "--study", "algorithmic", "--out", str(tmp_path / "c.json")])
+    with pytest.raises(SystemExit, match="a control, not the reference"):
+        ar.main([*common, "--study", "memorize"])
+    assert ar.main([*common, "--study", "memorize", "--out", str(tmp_path / "c.json")]) == 0
