@@ -554,10 +554,16 @@ def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(tmp_path, s
         time.sleep(0.3)
         os.kill(os.getpid(), sig)
 
+    # SIGINT as from a terminal: a command started in the background (`make test &`) inherits it ignored, and the
+    # server would then sleep through the Ctrl-C and exit 0
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sender = threading.Thread(target=signal_once_the_server_runs, daemon=True)
     sender.start()
     started = time.monotonic()
-    assert launch(server) == status
+    try:
+        assert launch(server) == status
+    finally:
+        signal.signal(signal.SIGINT, previous)
     sender.join(timeout=5)
     assert time.monotonic() - started < 30  # the server stopped with it
 
