@@ -160,7 +160,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RUNNER = Path(__file__).resolve().parent / "authors_runner.py"
-REFERENCE = ROOT / "reproduce" / "authors_reference.json"
 SCRIPTS = {"addition": "depth.py", "dyck": "depth.py", "retrieval": "depth.py", "modadd": "modadd_exp.py",
            "memorize": "hdmemorize_exp.py", "sentiment": "trainer_classifier.py"}
 CLASSIFIER_VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "mixit", "shaped")  # trainer_classifier.py's flags
@@ -516,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from reproduce.preset import load_preset
+    from reproduce.reference import REFERENCE_FILE
 
     study = load_preset(a.preset).studies.get(a.study)
     if study is not None and study.text in NOT_RUNNABLE:
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.seed_init:
         if any(r["task"] != "memorize" for r in runs):
             raise SystemExit("--seed-init: only hdmemorize_exp.py (memorize) seeds its model apart from --seed")
-        if Path(a.out).resolve() == REFERENCE.resolve():
+        if Path(a.out).resolve() == REFERENCE_FILE.resolve():
             raise SystemExit(f"--seed-init runs are a control, not the reference: give another --out than {a.out}")
         runs = [dict(r, seed_init=True) for r in runs]
     plans = [(r, translate(r)) for r in runs]

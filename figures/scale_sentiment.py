@@ -2,8 +2,9 @@
 
 Runs: the finished sentiment runs of group scale (reproduce/presets/scale.yaml). x: the classifier's size,
 width, depth and heads together (the quick preset's width 64 with 2 layers and 4 heads, then toward the
-authors' 4 layers of width 1,024 and MixiT's 16 heads), in order of width, then depth, then heads. Per variant, the mean over seeds; error bars span the seeds'
-min..max. The paper's accuracies (Yelp reviews, the authors' size) are dotted lines in the variant's colour.
+authors' 4 layers of width 1,024 and MixiT's 16 heads), in order of width, then depth, then heads. Per
+variant, the mean over seeds; error bars span the seeds' min..max. The paper's accuracies (Yelp reviews,
+the authors' size) are dotted lines in the variant's colour.
 
     python -m figures.scale_sentiment RUNS_DIR [--out DIR]
 """

@@ -244,22 +244,18 @@ def _comparisons(points: pd.DataFrame, axes: tuple[str, ...]) -> list[tuple[tupl
 
 
 def _moves(axes: tuple[str, ...], start: tuple, end: tuple) -> str:
-    """'as steps go from 1,000 to 4,000 (max_pairs 16)' or 'from width 64, 2 layers to width 256, 4 layers'."""
+    """'as steps go from 1,000 to 4,000 (at max_pairs 16)' or 'from width 64, 2 layers to width 256, 4 layers (at
+    4 heads)': the axes that move, then those that stay."""
     changed = [i for i, (a, b) in enumerate(zip(start, end)) if a != b]
+    fixed = [j for j in range(len(axes)) if j not in changed]
+    at = f" (at {_point(tuple(axes[j] for j in fixed), tuple(start[j] for j in fixed))})" if fixed else ""
     if len(changed) == 1:
         i = changed[0]
-        fixed = [j for j in range(len(axes)) if j != i]
         name = {"d_model": "width", "n_layers": "depth", "steps": "steps", "n_heads": "heads"}.get(axes[i], axes[i])
-        text = f"as {name} goes from {_num(start[i])} to {_num(end[i])}"
-        if fixed:
-            text += f" (at {_point(tuple(axes[j] for j in fixed), tuple(start[j] for j in fixed))})"
-        return text
+        return f"as {name} goes from {_num(start[i])} to {_num(end[i])}{at}"
     moved = tuple(axes[i] for i in changed)
-    text = f"from {_point(moved, tuple(start[i] for i in changed))} to {_point(moved, tuple(end[i] for i in changed))}"
-    fixed = [j for j in range(len(axes)) if j not in changed]
-    if fixed:
-        text += f" (at {_point(tuple(axes[j] for j in fixed), tuple(start[j] for j in fixed))})"
-    return text
+    ends = [_point(moved, tuple(values[i] for i in changed)) for values in (start, end)]
+    return f"from {ends[0]} to {ends[1]}{at}"
 
 
 def describe_gap(points: pd.DataFrame, axes: tuple[str, ...], label: str, unit: str, tolerance: float,
