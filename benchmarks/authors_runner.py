@@ -183,6 +183,40 @@ def _sequence_accuracy(model, tokens, task_info: dict) -> dict:
     return {"sequence_accuracy": right_rows / tokens.shape[0], "answer_token_accuracy": right_tokens / n_tokens}
 
 
+def _measure(spec: dict, ns: dict, trainer, classifier: dict | None) -> dict:
+    """What each kind of run measures beyond their metrics, on their trained model and their data."""
+    import torch
+
+    model, kind, result = trainer.model, spec["kind"], {}
+    if kind == "stream":
+        tokens = ns["datasets"]["testA"].input_ids
+        result.update(_sequence_accuracy(model, tokens, spec["task_info"]))
+        result["eval_rows"] = int(tokens.shape[0])
+    elif kind == "memorize":
+        import numpy as np
+
+        n = int(spec["task_info"]["n"])
+        data = torch.tensor(ns["taskA_train"], dtype=torch.long)
+        model.eval()
+        chunks = []
+        with torch.no_grad():
+            for s in range(0, data.shape[0], 4096):
+                # their label tokens are ids 0..n-1 (the first key slot's tokens); logits at -2 predict the label
+                chunks.append(model(input_ids=data[s : s + 4096]).logits[:, -2, :n].double())
+        np.save(spec["out"] + ".logits.npy", torch.cat(chunks).numpy())
+        np.save(spec["out"] + ".labels.npy", data[:, -1].numpy())
+        result["eval_rows"] = int(data.shape[0])
+    elif kind == "classifier":
+        data = classifier["data"]
+        result["rows_differ"] = (_rows_differ(trainer.train_dataset, data["train"]["rows"])
+                                 + _rows_differ(trainer.eval_dataset, data["test"]["rows"]))
+        result["inputs"] = classifier["about"]
+        result["eval_rows"] = len(trainer.eval_dataset)
+    elif kind == "modadd":
+        result["eval_rows"] = int(len(ns["taskA_test"]))
+    return result
+
+
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -236,33 +270,7 @@ def main() -> None:
         "script_wall_s": train_wall,
         "pinned": {k: ns[k] for k in spec["pins"]},  # JSON pins only (the classifier's objects are in `inputs`)
     }
-    kind = spec["kind"]
-    if kind == "stream":
-        tokens = ns["datasets"]["testA"].input_ids
-        result.update(_sequence_accuracy(model, tokens, spec["task_info"]))
-        result["eval_rows"] = int(tokens.shape[0])
-    elif kind == "memorize":
-        import numpy as np
-
-        n = int(spec["task_info"]["n"])
-        data = torch.tensor(ns["taskA_train"], dtype=torch.long)
-        model.eval()
-        chunks = []
-        with torch.no_grad():
-            for s in range(0, data.shape[0], 4096):
-                # their label tokens are ids 0..n-1 (the first key slot's tokens); logits at -2 predict the label
-                chunks.append(model(input_ids=data[s : s + 4096]).logits[:, -2, :n].double())
-        np.save(spec["out"] + ".logits.npy", torch.cat(chunks).numpy())
-        np.save(spec["out"] + ".labels.npy", data[:, -1].numpy())
-        result["eval_rows"] = int(data.shape[0])
-    elif kind == "classifier":
-        data = classifier["data"]
-        result["rows_differ"] = (_rows_differ(trainer.train_dataset, data["train"]["rows"])
-                                 + _rows_differ(trainer.eval_dataset, data["test"]["rows"]))
-        result["inputs"] = classifier["about"]
-        result["eval_rows"] = len(trainer.eval_dataset)
-    elif kind == "modadd":
-        result["eval_rows"] = int(len(ns["taskA_test"]))
+    result.update(_measure(spec, ns, trainer, classifier))
     with open(spec["out"], "w") as f:
         json.dump(result, f, indent=1)
 
