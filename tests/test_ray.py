@@ -164,3 +164,29 @@ def test_check_ray_address_answers_in_seconds():
         check_ray_address(f"ray://127.0.0.1:{listening.getsockname()[1]}")  # something answers: Ray's to judge
     for address in (None, "auto", "local"):
         check_ray_address(address)
+
+
+class _RayCalls:
+    """What `training.sweep._stop` asks of Ray, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def cancel(self, ref, force: bool) -> None:
+        self.calls.append(("cancel", ref, force))
+
+
+@pytest.mark.parametrize("started, expected", [(True, ["shutdown"]),
+                                               (False, [("cancel", "a", True), ("cancel", "b", True)])],
+                         ids=["ray-started-here", "ray-started-by-the-caller"])
+def test_pending_ray_tasks_end_with_the_ray_started_here_and_are_cancelled_in_the_callers(started, expected):
+    # Was: each pending task cancelled, then ray.shutdown(): on a Ctrl-C that caught a task finishing, Ray's core
+    # worker completed a task its cancel had already failed and aborted the command (exit 1 for 130, a C++ dump).
+    from training.sweep import _stop
+
+    ray = _RayCalls()
+    _stop(ray, {"a": "job a", "b": "job b"}, started)
+    assert ray.calls == expected

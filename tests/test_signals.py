@@ -80,7 +80,10 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def _finished(out: Path) -> set[Path]:
-    return {s.parent for s in out.rglob(SUMMARY_FILE) if json.loads(s.read_text()).get("status") == "finished"}
+    """The run folders under `out` whose summary says finished. os.walk, not rglob: a checkpoint's temporary folder
+    renamed away while it looks is skipped, where rglob raises FileNotFoundError."""
+    summaries = [Path(folder) / SUMMARY_FILE for folder, _, files in os.walk(out) if SUMMARY_FILE in files]
+    return {s.parent for s in summaries if json.loads(s.read_text()).get("status") == "finished"}
 
 
 def _signal_after_the_first_run(proc: subprocess.Popen, out: Path, sig: int, group: bool) -> tuple[set[int], set[Path]]:
@@ -195,15 +198,17 @@ def test_a_signal_stops_a_ray_sweep_and_its_tasks_and_the_rerun_finishes_it(tmp_
     # Was: ray.init took SIGTERM over: a C++ stack dump and SIGABRT (exit 134), no resume hint.
     pytest.importorskip("ray")
     out = tmp_path / "sweep"
-    argv = [*SWEEP, "--executor", "ray", "--out", str(out)]
-    proc = _start(argv)
+    # Runs of some seconds: the next two, started on warm workers, take under a second at 400 steps, so they could
+    # finish while ray.shutdown() ends the job (it does not stop tasks at once), and nothing would be interrupted.
+    sweep = [*SWEEP, "--steps", "2000"]
+    proc = _start([*sweep, "--executor", "ray", "--out", str(out)])
     seen, done = _signal_after_the_first_run(proc, out, sig, group)
     kept = {run: (run / SUMMARY_FILE).read_bytes() for run in done}
     _check_stopped(proc, seen, code)  # Ray's own processes (its GCS, raylet, the workers) are gone too
     assert _finished(out) >= done and len(_finished(out)) < 4 and not (out / RUNS_SUMMARY).exists()
 
-    again = subprocess.run([sys.executable, "-m", "cli", *SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    again = subprocess.run([sys.executable, "-m", "cli", *sweep, "--out", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     assert len(_finished(out)) == 4 and {run: (run / SUMMARY_FILE).read_bytes() for run in done} == kept
 

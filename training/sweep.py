@@ -342,7 +342,7 @@ def _ray_task(fn: Callable[[Any], Any], threads: int, job: Any) -> Any:
 def _keep_signal_handlers() -> Iterator[None]:
     """Put this process's SIGTERM and SIGINT handlers back after the block. ray.init replaces them (its Python
     handler exits with status 15, its core worker's C++ one dumps a stack and aborts), so a SIGTERM to `mixit sweep
-    --executor ray` would skip the cleanup that cancels the Ray tasks; with the command's handlers kept it stops them
+    --executor ray` would skip the cleanup that ends the Ray tasks; with the command's handlers kept it stops them
     and exits 143 with the resume hint, as the local pool does (cli.common.stop_on_sigterm)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -359,7 +359,7 @@ def _keep_signal_handlers() -> Iterator[None]:
 def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
             failed: Callable[[Any, Exception], Any]) -> Iterator[Any]:
     """fn over jobs as Ray tasks (see Executor), results in completion order. Ray is started here, and
-    stopped at the end, unless the caller already started it; leaving early cancels the pending tasks."""
+    stopped at the end, unless the caller already started it; leaving early ends the pending tasks (_stop)."""
     check_ray()
     import ray
 
@@ -383,10 +383,20 @@ def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
             except ray.exceptions.RayError as e:  # the task's process died; errors inside fn are fn's to report
                 yield failed(job, e)
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        if started:
-            ray.shutdown()
+        _stop(ray, pending, started)
+
+
+def _stop(ray: Any, pending: dict[Any, Any], started: bool) -> None:
+    """End the tasks still pending. Ray started here: ray.shutdown() ends the job, and with it every task (the local
+    cluster's workers stop; a cluster joined at --address kills the job's workers). Cancelling them one by one first
+    races, on a Ctrl-C to the process group, with the tasks' own KeyboardInterrupt replies: Ray 2.x's core worker
+    can then complete a task it has already failed and aborts the command ("Tried to complete task that was not
+    pending", exit 1 for 130). Ray started by the caller stays up, so its tasks are cancelled instead."""
+    if started:
+        ray.shutdown()
+        return
+    for ref in pending:
+        ray.cancel(ref, force=True)
 
 
 def _lost_run(job: TrainJob, error: Exception) -> dict[str, Any]:
