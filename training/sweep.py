@@ -388,10 +388,11 @@ def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
 
 def _stop(ray: Any, pending: dict[Any, Any], started: bool) -> None:
     """End the tasks still pending. Ray started here: ray.shutdown() ends the job, and with it every task (the local
-    cluster's workers stop; a cluster joined at --address kills the job's workers). Cancelling them one by one first
-    races, on a Ctrl-C to the process group, with the tasks' own KeyboardInterrupt replies: Ray 2.x's core worker
-    can then complete a task it has already failed and aborts the command ("Tried to complete task that was not
-    pending", exit 1 for 130). Ray started by the caller stays up, so its tasks are cancelled instead."""
+    cluster's workers stop, tests/test_signals.py; on a cluster joined at --address the driver's disconnect ends
+    its job, whose workers Ray stops, which no test here exercises). Cancelling them one by one first races with
+    the reply of a task finishing at that moment: Ray 2.60's core worker then completes a task its cancel has
+    already failed and aborts the command ("Tried to complete task that was not pending", exit 1 for 130). Ray
+    started by the caller stays up, so its tasks are cancelled instead."""
     if started:
         ray.shutdown()
         return
