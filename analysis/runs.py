@@ -29,7 +29,7 @@ from training.trainer import TrainConfig
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
-    "lr", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "loss",
+    "lr", "schedule", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "precision", "error",
 ]
@@ -85,7 +85,8 @@ def _config_columns(train: TrainConfig) -> dict[str, Any]:
     return dict(
         variant=grid_label(train.variant, extra.get("freeze", ()), extra.get("attention", ())),
         task=train.task, task_params=dict(train.task_params), task_label=task_label(train.task, train.task_params),
-        d_model=train.d_model, n_layers=train.n_layers, n_heads=train.n_heads, lr=train.lr, seed=train.seed,
+        d_model=train.d_model, n_layers=train.n_layers, n_heads=train.n_heads, lr=train.lr, schedule=train.schedule,
+        seed=train.seed,
         steps=train.steps, batch_size=train.batch_size, weight_decay=train.weight_decay, warmup_steps=train.warmup,
     )
 

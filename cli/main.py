@@ -28,6 +28,7 @@ from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunDamaged, 
 from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
+from training.optim import SCHEDULES
 from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, TrainingDiverged, pick_device, train
 
 from . import analyze, app, figures, reproduce
@@ -117,12 +118,20 @@ def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--micro-batch-size", type=int, default=DEFAULTS.micro_batch_size, metavar="ROWS",
                         help="accumulate each batch's gradient over slices of ROWS rows, to fit a GPU's memory "
                              "(the same run up to float rounding; default: the whole batch at once)")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps, help="default: 5%% of --steps")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=DEFAULTS.schedule,
+                        help="the learning-rate schedule: ours (warmup, then cosine decay to 10%% of --lr) or the "
+                             "authors' scripts' default (warmup max(4%% of --steps, 500), then linear decay to 0)")
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
+                        help="default: the schedule's (ours: 5%% of --steps)")
     parser.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     parser.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
     parser.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every)
     parser.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples,
                         help="default: the task's held-out set size")
+    parser.add_argument("--tune-samples", type=int, default=DEFAULTS.tune_samples, metavar="ROWS",
+                        help="also score ROWS rows of the task's tuning set (a validation set held out of training and "
+                             "apart from the eval rows) at each evaluation, as tune_loss and tune_acc: what mixit tune "
+                             "chooses a learning rate on (0: none)")
     parser.add_argument("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every, help="default: every eval")
     parser.add_argument("--device", default=DEFAULTS.device,
                         help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
@@ -203,10 +212,12 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
             micro_batch_size=args.micro_batch_size,
             sampling=args.sampling,
             warmup_steps=args.warmup_steps,
+            schedule=args.schedule,
             weight_decay=args.weight_decay,
             grad_clip=args.grad_clip,
             eval_every=args.eval_every,
             eval_samples=args.eval_samples,
+            tune_samples=args.tune_samples,
             checkpoint_every=args.checkpoint_every,
             device=args.device,
             compile=args.compile,
@@ -232,8 +243,8 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
                         for d, n, h in itertools.product(args.d_model, args.n_layers, args.n_heads)]
     if "--lr" in given or args.grid is None:
         out["lrs"] = args.lr
-    fields = ("steps", "batch_size", "micro_batch_size", "sampling", "warmup_steps", "weight_decay", "grad_clip",
-              "eval_every", "eval_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
+    fields = ("steps", "batch_size", "micro_batch_size", "sampling", "warmup_steps", "schedule", "weight_decay", "grad_clip",
+              "eval_every", "eval_samples", "tune_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
     out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}

@@ -32,8 +32,35 @@ def test_lr_schedule_warms_up_then_decays():
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
 
 
+def test_the_authors_schedule_is_their_scripts_default_warmup_then_linear_decay_to_zero():
+    """Their utils.py warmup, max(4% of the steps, 500), and the Hugging Face "linear" schedule: 0 at the first step."""
+    cfg = TrainConfig(steps=20_000, lr=1.0, schedule="authors")
+    assert cfg.warmup == 800  # 4% of 20,000
+    assert cfg.lr_at(0) == 0.0 and cfg.lr_at(400) == pytest.approx(0.5) and cfg.lr_at(800) == pytest.approx(1.0)
+    assert cfg.lr_at(10_400) == pytest.approx(0.5) and cfg.lr_at(19_999) == pytest.approx(1 / 19_200)
+    short = TrainConfig(steps=300, lr=1.0, schedule="authors")  # warmup 500 > 300 steps: it never decays
+    assert short.warmup == 500 and short.lr_at(299) == pytest.approx(299 / 500)
+    assert TrainConfig(steps=300, lr=1.0, schedule="authors", warmup_steps=30).lr_at(165) == pytest.approx(0.5)
+    assert TrainConfig(steps=300).warmup == 15  # ours: 5%
+
+
+def test_a_run_at_the_authors_schedule_records_it_and_names_it(tmp_path, capsys):
+    from training.sweep import run_name
+
+    out = tmp_path / "run"
+    assert main(["train", "--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--steps", "4",
+                 "--batch-size", "8", "--schedule", "authors", "--out", str(out), "--quiet"]) == 0
+    recorded = TrainConfig.from_dict(json.loads((out / "run.json").read_text())["train"])
+    assert recorded.schedule == "authors" and recorded.warmup == 500
+    assert [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())][-1] == pytest.approx(
+        recorded.lr_at(3))
+    assert run_name(recorded).endswith("__lr0.001-authors__s0")
+    assert run_name(TrainConfig()).endswith("__lr0.001__s0")  # ours is unnamed, as before the option existed
+
+
 @pytest.mark.parametrize("kw, needle", [({"steps": 0}, "steps=0"), ({"lr": -1.0}, "lr=-1.0"),
-                                         ({"device": "tpu"}, "device='tpu'"), ({"warmup_steps": 5000}, "warmup_steps=5000")])
+                                         ({"device": "tpu"}, "device='tpu'"), ({"warmup_steps": 5000}, "warmup_steps=5000"),
+                                         ({"schedule": "linear"}, "schedule='linear' is not one of: ours, authors")])
 def test_bad_train_config(kw, needle):
     with pytest.raises(ValueError, match=needle):
         TrainConfig(**kw)

@@ -1,4 +1,6 @@
-"""The optimizer and its schedule: AdamW with weight decay on matrices, linear warmup then cosine decay."""
+"""The optimizer and its schedules: AdamW with weight decay on matrices; a learning-rate schedule, ours (linear warmup
+over 5% of the steps, cosine decay to a floor) or the authors' (their scripts' default: warmup over max(4% of the
+steps, 500), then linear decay to 0, as the Hugging Face Trainer's "linear" schedule with their `utils.py` warmup)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,18 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, beta
     )
 
 
-def resolved_warmup(steps: int, warmup_steps: int | None) -> int:
-    """The warmup a run uses: warmup_steps if set, else 5% of its steps (at least 1)."""
-    return warmup_steps if warmup_steps is not None else max(1, steps // 20)
+SCHEDULES = ("ours", "authors")  # TrainConfig.schedule
+AUTHORS_WARMUP_RATIO, AUTHORS_MIN_WARMUP = 0.04, 500  # their utils.TrainingArguments: warmup_ratio, its floor
+
+
+def resolved_warmup(steps: int, warmup_steps: int | None, schedule: str = "ours") -> int:
+    """The warmup a run uses: warmup_steps if set, else ours, 5% of its steps (at least 1), or the authors', max(4% of
+    the steps, 500), which is longer than a run of fewer than 500 steps: such a run never leaves its warmup."""
+    if warmup_steps is not None:
+        return warmup_steps
+    if schedule == "authors":
+        return max(int(AUTHORS_WARMUP_RATIO * steps), AUTHORS_MIN_WARMUP)
+    return max(1, steps // 20)
 
 
 def scheduled_lr(step: int, lr: float, steps: int, warmup: int, min_lr_ratio: float) -> float:
@@ -33,6 +44,15 @@ def scheduled_lr(step: int, lr: float, steps: int, warmup: int, min_lr_ratio: fl
     progress = (step - warmup) / max(1, steps - warmup)
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * cosine)
+
+
+def authors_lr(step: int, lr: float, steps: int, warmup: int) -> float:
+    """Learning rate for optimizer step `step` (0-based) as the Hugging Face Trainer's "linear" schedule gives it
+    (their scripts set `lr_scheduler_type = "linear"`): `lr * step / warmup` during the warmup (0 at the first
+    step), then linear decay to 0 at `steps`."""
+    if step < warmup:
+        return lr * step / max(1, warmup)
+    return lr * max(0.0, (steps - step) / max(1, steps - warmup))
 
 
 def first_step_options(lr: float, model_extra: dict) -> str:

@@ -35,8 +35,8 @@ __all__ = ["Run", "RunRecord", "analysis_summary", "load_run", "read_analysis", 
            "run_task_class"]
 
 # summary.json's numbers about how training went (the rest describe the run, as run.json does)
-SUMMARY_METRICS = ("step", "eval_acc", "best_eval_acc", "eval_loss", "loss", "tokens_per_s", "elapsed_s",
-                   "params_trainable", "params_frozen", "params_total", "precision")
+SUMMARY_METRICS = ("step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss", "tokens_per_s",
+                   "elapsed_s", "params_trainable", "params_frozen", "params_total", "precision")
 
 
 @dataclass(frozen=True, eq=False)

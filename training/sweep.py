@@ -60,9 +60,10 @@ def _name_part(value: Any) -> str:
 def run_name(cfg: TrainConfig) -> str:
     params = "".join(f"_{k}{_name_part(v)}" for k, v in sorted(cfg.task_params.items()))
     variant = grid_name(cfg.variant, cfg.model_extra.get("freeze", ()), cfg.model_extra.get("attention", ()))
+    schedule = "" if cfg.schedule == "ours" else f"-{cfg.schedule}"  # ours unnamed: names from before it existed hold
     return (
         f"{cfg.task}{params}__{variant}__d{cfg.d_model}_l{cfg.n_layers}_h{cfg.n_heads}"
-        f"__lr{cfg.lr:g}__s{cfg.seed}"
+        f"__lr{cfg.lr:g}{schedule}__s{cfg.seed}"
     )
 
 

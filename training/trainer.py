@@ -38,7 +38,7 @@ from models.transformer import derive_seed
 
 from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
 from .machine import KEPT_MALLOC_SETTINGS, keep_freed_memory, pick_device
-from .optim import build_optimizer, first_step_options, resolved_warmup, scheduled_lr
+from .optim import SCHEDULES, authors_lr, build_optimizer, first_step_options, resolved_warmup, scheduled_lr
 from .parallel import Ranks, ddp_options, local_device
 from .precision import (
     BF16_MIN_SPEEDUP, PRECISIONS, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
@@ -82,13 +82,17 @@ class TrainConfig:
     steps: int = 2000
     batch_size: int = 256
     lr: float = 1e-3
-    warmup_steps: int | None = None  # default: 5% of steps
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int | None = None  # default: the schedule's (ours: 5% of steps; the authors': max(4%, 500))
+    min_lr_ratio: float = 0.1  # our schedule's cosine decays to lr * min_lr_ratio
+    schedule: str = "ours"  # "ours": warmup, cosine to lr * min_lr_ratio; "authors": their scripts' default,
+    # warmup max(4% of steps, 500) then linear decay to 0 (training.optim)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     eval_every: int = 200
     eval_samples: int | None = None  # default: the task's held-out set size
+    tune_samples: int = 0  # rows of the task's tuning set (a validation set, disjoint from the eval rows and held out of
+    # training) scored at each evaluation as tune_loss / tune_acc: what a learning rate is chosen on (training.tuning)
     eval_batch_size: int = 1024
     sampling: str = "uniform"  # "epochs": each row of a finite training set (memorize) once per epoch, as the authors'
     # Trainer draws keys; "uniform": rows drawn independently (with replacement), our default
@@ -115,6 +119,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
+        if isinstance(self.tune_samples, bool) or not isinstance(self.tune_samples, int) or self.tune_samples < 0:
+            raise ValueError(f"tune_samples={self.tune_samples!r} must be an integer >= 0")
         for name in ("checkpoint_every", "eval_samples", "micro_batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -130,6 +136,8 @@ class TrainConfig:
         if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} must be an integer >= 0")
         check_sampling(self.sampling)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r} is not one of: {', '.join(SCHEDULES)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
@@ -154,6 +162,9 @@ class TrainConfig:
         if self.eval_samples is not None and self.eval_samples > task.max_eval_size:
             raise ValueError(f"eval_samples={self.eval_samples} is more than task {task.name!r} holds out "
                              f"(at most {task.max_eval_size}); allowed: 1..{task.max_eval_size}")
+        if self.tune_samples and task.tuning_size() == 0:
+            raise ValueError(f"tune_samples={self.tune_samples}: task {task.name!r} holds out no tuning rows; give it a "
+                             "tuning split (tune_fraction > 0, e.g. --tune-fraction 0.1)")
         required = task.model_overrides
         if self.model_extra.get("n_classes") is not None and "n_classes" not in required:
             raise ValueError(f"n_classes={self.model_extra['n_classes']!r}: task {task.name!r} predicts tokens; "
@@ -186,7 +197,7 @@ class TrainConfig:
 
     @property
     def warmup(self) -> int:
-        return resolved_warmup(self.steps, self.warmup_steps)
+        return resolved_warmup(self.steps, self.warmup_steps, self.schedule)
 
     def kept_steps(self) -> list[int]:
         """The steps --keep-checkpoints keeps: the initialization (0) and `keep_checkpoints` log-spaced
@@ -200,7 +211,10 @@ class TrainConfig:
         return sorted({0, *(min(self.steps, round(ratio**i)) for i in range(n))})
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay (training.optim)."""
+        """Learning rate for optimizer step `step` (0-based) under the run's schedule (training.optim): ours, linear
+        warmup then cosine decay; the authors', warmup then linear decay to 0."""
+        if self.schedule == "authors":
+            return authors_lr(step, self.lr, self.steps, self.warmup)
         return scheduled_lr(step, self.lr, self.steps, self.warmup, self.min_lr_ratio)
 
 
@@ -338,8 +352,9 @@ class _Loop:
         attach_tokenizer(self.model, task)  # saved with every checkpoint: to_str_tokens & co. speak its vocabulary
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, cfg.betas, device)
         self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples,
-                                  sampling=cfg.sampling)
+                                  sampling=cfg.sampling, tune_n=cfg.tune_samples)
         self.eval_batch = task.eval_set(cfg.eval_samples)
+        self.tune_batch = task.tuning_set(cfg.tune_samples, cfg.eval_samples) if cfg.tune_samples else None
         # what a checkpoint carries (set by _start_or_resume): the step, the seconds and best eval accuracy so far,
         # and the training loss summed over the steps since the last log
         self.step, self.elapsed_before, self.best_acc = 0, 0.0, None
@@ -470,6 +485,10 @@ class _Loop:
         self.window_loss, self.window_n = 0.0, 0
         if is_eval:
             record.update(_eval_metrics(self.model, self.task, self.eval_batch, self.cfg, self.precision))
+            if self.tune_batch is not None:  # the tuning set's loss and accuracy, as tune_loss and tune_acc
+                tuned = evaluate(self.model, *self.tune_batch[:2], self.task.metric, self.cfg.eval_batch_size,
+                                 self.tune_batch[2] if len(self.tune_batch) > 2 else None, self.precision)
+                record.update({f"tune_{k.removeprefix('eval_')}": v for k, v in tuned.items()})
             self.best_acc = max(self.best_acc or 0.0, record["eval_acc"])
             self.last_acc = record["eval_acc"]
             if self.progress:
@@ -523,7 +542,7 @@ class _Loop:
             "loss": last.get("loss"),
             "eval_loss": last.get("eval_loss"),
             "eval_acc": last.get("eval_acc"),
-            **{k: v for k, v in last.items() if k.startswith("eval_") and k not in ("eval_loss", "eval_acc")},
+            **{k: v for k, v in last.items() if k.startswith(("eval_", "tune_")) and k not in ("eval_loss", "eval_acc")},
             "best_eval_acc": self.best_acc,
             "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9) if self.train_tokens else None,
             "elapsed_s": self._elapsed(),

@@ -22,6 +22,13 @@ eval example. Two tasks need no filtering: ``modadd`` (train and eval are a
 disjoint split of all pairs, ``eval_disjoint = True``) and ``memorize`` (the eval
 set *is* the training set, ``eval_is_train = True``).
 
+Tuning: ``task.tuning_set(n, eval_n)`` is a second held-out set, the validation set on which
+hyperparameters (a learning rate) are chosen, disjoint from ``eval_set(eval_n)`` so that what a run
+is chosen on and what it reports never share a row. Drawn tasks draw it from a seed of its own
+(``TUNE_SEED``) and ``TrainStream`` keeps it out of training as it keeps the eval rows; text tasks hold
+out a split of their training documents (``tune_fraction``); for ``memorize`` it is the training set,
+since what a memorization run reports is how much of that set it stores.
+
 Formats follow the authors' code (princeton-pli/MixiT) where sensible; see each
 class docstring.
 
@@ -47,6 +54,7 @@ from models.tokenizer import task_tokenizer
 EVAL_SEED = 0x5EED_E7A1  # streaming tasks: eval chunk c is sample(EVAL_CHUNK, Generator(EVAL_SEED + c))
 SPLIT_SEED = 12345  # modadd train/eval split (the authors shuffle with random.seed(12345))
 LABEL_SEED = 12345  # memorize labels
+TUNE_SEED = 0x7E5E_D5E7  # the tuning set: chunk c is sample(EVAL_CHUNK, Generator(TUNE_SEED + c)), less eval rows
 EVAL_CHUNK = 1000
 DEFAULT_EVAL_SIZE = 4000  # the authors' eval_size
 # The most held-out rows a run may evaluate on (`eval_samples`; `Task.max_eval_size`): every eval pass
@@ -218,6 +226,38 @@ class Task:
         tokens, mask = cache[0]
         return tokens[:n].clone(), mask[:n].clone()
 
+    @property
+    def tuning_disjoint(self) -> bool:
+        """Whether `tuning_set` rows can never be drawn for training, by construction (a split of documents), so that
+        TrainStream need not filter them; drawn tuning rows are filtered."""
+        return self.eval_is_train
+
+    def tuning_size(self) -> int | None:
+        """How many tuning rows the task holds (None: drawn, as many as asked for). A text task without a tuning
+        split holds none: ValueError from `tuning_set`."""
+        return self.held_out_size if self.eval_is_train else None
+
+    def tuning_set(self, n: int, eval_n: int | None = None) -> Batch:
+        """`n` held-out rows to choose hyperparameters on (a validation set), none of them a row of
+        `eval_set(eval_n)`: drawn as training rows are, from TUNE_SEED's chunks, in a fixed order. A memorization
+        task (`eval_is_train`) returns its training set, the set whose storage it reports."""
+        n = _check_int(self.name, "n", n, 1)
+        if self.eval_is_train:
+            return self.eval_set(n)
+        eval_hashes = row_hash(self.eval_set(eval_n)[0]).unique()
+        parts: list[Batch] = []
+        have, chunk = 0, 0
+        while have < n:
+            if chunk >= TrainStream.MAX_ROUNDS:
+                raise ValueError(f"{self.name}: found {have} of {n} tuning rows that are not eval rows after "
+                                 f"{chunk * EVAL_CHUNK:,} draws; ask for fewer (tune_samples) or a smaller eval set")
+            rows = self.sample(EVAL_CHUNK, torch.Generator().manual_seed(TUNE_SEED + chunk))
+            keep = ~torch.isin(row_hash(rows[0]), eval_hashes)
+            parts.append(tuple(t[keep] for t in rows))
+            have += int(keep.sum())
+            chunk += 1
+        return tuple(torch.cat(ts)[:n] for ts in zip(*parts))
+
     def model_tokenizer(self):
         """The `tokenizers.Tokenizer` a model trained on this task carries (saved as tokenizer.json in its
         checkpoints): a text task's own, else a word-level one over `vocab` (models.tokenizer.task_tokenizer)."""
@@ -263,13 +303,16 @@ class TrainStream:
     redrawn until none collide. No filtering for tasks with `eval_disjoint` or
     `eval_is_train`. `eval_n` defaults to `task.default_eval_size`; evaluating on a
     prefix of that set (`task.eval_set(m)`, m <= eval_n) is therefore also safe.
+    With `tune_n` (> 0) the rows of `task.tuning_set(tune_n, eval_n)` are kept out the same
+    way, unless the task's tuning rows cannot be drawn anyway (`tuning_disjoint`).
     """
 
     MAX_ROUNDS = 1000
     WARN_FRACTION = 0.25  # warn once if more than this fraction of the first batch had to be redrawn
     SAMPLINGS = SAMPLINGS
 
-    def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None, sampling: str = "uniform"):
+    def __init__(self, task: Task, batch_size: int, seed: int, eval_n: int | None = None, sampling: str = "uniform",
+                 tune_n: int = 0):
         self.task = task
         self.batch_size = _check_int("TrainStream", "batch_size", batch_size, 1)
         self.seed = _check_int("TrainStream", "seed", seed, 0)
@@ -280,26 +323,31 @@ class TrainStream:
         self.generator = torch.Generator().manual_seed(self.seed)
         self.step = 0  # batches yielded so far
         self.rows_replaced = 0  # rows redrawn because they matched an eval row
-        self.filtering = not (task.eval_disjoint or task.eval_is_train)
         self.eval_n = task.default_eval_size if eval_n is None else _check_int("TrainStream", "eval_n", eval_n, 1)
-        self._eval_hashes = row_hash(task.eval_set(self.eval_n)[0]).unique() if self.filtering else None
+        self.tune_n = _check_int("TrainStream", "tune_n", tune_n, 0)
+        held_out = [] if task.eval_disjoint or task.eval_is_train else [task.eval_set(self.eval_n)[0]]
+        if self.tune_n and not task.tuning_disjoint:
+            held_out.append(task.tuning_set(self.tune_n, eval_n)[0])
+        self.filtering = bool(held_out)
+        self._held_out_hashes = torch.cat([row_hash(t) for t in held_out]).unique() if held_out else None
 
     def next(self) -> Batch:
         batch = self._epoch_rows() if self.sampling == "epochs" else self.task.sample(self.batch_size, self.generator)
         if self.filtering:
-            bad = torch.isin(row_hash(batch[0]), self._eval_hashes).nonzero().squeeze(1)
+            bad = torch.isin(row_hash(batch[0]), self._held_out_hashes).nonzero().squeeze(1)
             rounds = 0
             while bad.numel():
                 rounds += 1
                 if rounds > self.MAX_ROUNDS:
                     raise RuntimeError(
                         f"TrainStream: still drawing eval rows after {self.MAX_ROUNDS} rounds; "
-                        f"the eval set ({self.eval_n} rows) covers (almost) all of {self.task!r}: use a smaller --eval-samples "
-                        "(TrainStream's eval_n)"
+                        f"the eval set ({self.eval_n} rows{f' and {self.tune_n} tuning rows' if self.tune_n else ''}) "
+                        f"covers (almost) all of {self.task!r}: use a smaller --eval-samples (TrainStream's eval_n)"
+                        + (" or --tune-samples" if self.tune_n else "")
                     )
                 # Draw a few spare rows so that one round usually suffices, keep the first non-eval ones.
                 new = self.task.sample(2 * bad.numel() + 8, self.generator)
-                keep = ~torch.isin(row_hash(new[0]), self._eval_hashes)
+                keep = ~torch.isin(row_hash(new[0]), self._held_out_hashes)
                 new = [t[keep][: bad.numel()] for t in new]
                 filled, bad = bad[: new[0].shape[0]], bad[new[0].shape[0] :]
                 for tensor, replacement in zip(batch, new):
@@ -340,6 +388,7 @@ class TrainStream:
             "batch_size": self.batch_size,
             "seed": self.seed,
             "eval_n": self.eval_n,
+            "tune_n": self.tune_n,
             "step": self.step,
             "rows_replaced": self.rows_replaced,
             "generator_state": self.generator.get_state(),
@@ -348,6 +397,8 @@ class TrainStream:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = {"task": self.task.name, "params": self.task.params, "batch_size": self.batch_size}
         mine["eval_n"] = self.eval_n
+        mine["tune_n"] = self.tune_n
+        state = {"tune_n": 0, **state}  # saved before the tuning set existed: none
         for key, value in mine.items():
             if state[key] != value:
                 raise ValueError(f"TrainStream: saved {key}={state[key]!r} differs from this stream's {key}={value!r}")

@@ -158,11 +158,11 @@ def _hub_documents(dataset: str, spec: HubDataset, split: str, max_docs: int | N
     return [t for t in texts if t.strip()]
 
 
-def _load_hub_text(dataset: str, val_fraction: float, max_docs: int | None) -> TextCorpus:
+def _load_hub_text(dataset: str, val_fraction: float, max_docs: int | None, split_seed: int = 0) -> TextCorpus:
     spec = _hub_spec(dataset, "text")
     docs = [doc for split in spec.splits for doc in _hub_documents(dataset, spec, split, max_docs)]
     if spec.held_out is None:  # like local files: the same documents give the same split
-        return _hold_out_documents(dataset, docs, val_fraction, max_docs)
+        return _hold_out_documents(dataset, docs, val_fraction, max_docs, split_seed)
     return TextCorpus(dataset, docs[:max_docs] if max_docs else docs, _hub_documents(dataset, spec, spec.held_out, None))
 
 
@@ -207,7 +207,7 @@ def sample_per_class(texts: list[str], labels: list[int], n_classes: int, per_cl
 
 
 def _load_hub_labelled(dataset: str, classes: list[str], val_fraction: float, max_docs: int | None,
-                       cache: Path | None = None) -> LabelledCorpus:
+                       cache: Path | None = None, split_seed: int = 0) -> LabelledCorpus:
     spec = _hub_spec(dataset, "labelled")
     texts, labels = [], []
     for split in spec.splits:
@@ -215,7 +215,7 @@ def _load_hub_labelled(dataset: str, classes: list[str], val_fraction: float, ma
         texts += t
         labels += y
     if spec.held_out is None:  # like local files: split per class
-        return _hold_out_per_class(dataset, classes, texts, labels, val_fraction, max_docs)
+        return _hold_out_per_class(dataset, classes, texts, labels, val_fraction, max_docs, split_seed)
     val_texts, val_labels = _hub_labelled(dataset, spec, spec.held_out, classes, cache)
     if max_docs:
         texts, labels = texts[:max_docs], labels[:max_docs]
