@@ -351,10 +351,10 @@ def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFra
     drops from the all-at-once ablations; per_layer=True: one row per layer, from the one-at-a-time ones.
     Returns `WORK_COLUMNS`; empty when no run has the analysis.
     """
-    from .runs import read_analysis_table
+    from .runs import read_analysis_table, reported
 
     rows = []
-    for run in runs[runs["status"] == "finished"].itertuples():
+    for run in reported(runs).itertuples():
         if not isinstance(run.path, (str, Path)):  # rows that are not run directories (a reference's records)
             continue
         table = read_analysis_table(run.path, "components")

@@ -5,7 +5,10 @@
     curve = read_metrics(runs.path[0])      # metrics.jsonl as a DataFrame (step, loss, eval_loss, ...)
 
 The layout of a run directory and of a runs folder, and how runs are found, belong to
-training.rundir; this module turns them into tables. A run's `group` is training.rundir.group_of its
+training.rundir; this module turns them into tables. A runs folder whose learning rates were tuned holds its
+tuning record (training.tuning, `TUNING_FILE`): each run's `tuning_key` names its setting, and `selected` says
+whether the run is at its setting's chosen learning rate (every run of an untuned setting is); the report, the
+figures and the explorer read the selected runs (`reported`). A run's `group` is training.rundir.group_of its
 study. Nothing here trains or writes; a broken run becomes a row with status "corrupt" and an
 `error` message instead of an exception, and a damaged analysis table reads as absent (with a warning naming
 it); `damaged_files` lists both, for the report and the explorer to show.
@@ -25,13 +28,15 @@ from training.run import analysis_summary, read_analysis, read_run_record  # noq
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
 )
+from training.rundir import TUNING_FILE
 from training.trainer import TrainConfig
+from training.tuning import Tuning, tuning_key
 
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
     "lr", "schedule", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
-    "has_analysis", "precision", "error",
+    "has_analysis", "precision", "error", "tuning_key", "selected",
 ]
 
 
@@ -88,6 +93,7 @@ def _config_columns(train: TrainConfig) -> dict[str, Any]:
         d_model=train.d_model, n_layers=train.n_layers, n_heads=train.n_heads, lr=train.lr, schedule=train.schedule,
         seed=train.seed,
         steps=train.steps, batch_size=train.batch_size, weight_decay=train.weight_decay, warmup_steps=train.warmup,
+        tuning_key=tuning_key(train),
     )
 
 
@@ -98,7 +104,59 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     (the report, the figures) builds it once and passes it on."""
     root = Path(root)
     rows = [load_run(p, root) for p in find_runs(root)]
+    choices = tuning_choices(root)
+    for row in rows:
+        chosen = choices.get(row["tuning_key"])
+        row["selected"] = chosen is None or abs(float(row["lr"]) - chosen) <= 1e-9 * chosen
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def tuning_choices(root: str | Path) -> dict[str, float]:
+    """The learning rates the runs folder's tuning record chose ({} without one; a damaged one is warned of)."""
+    path = Path(root) / TUNING_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return Tuning.read(path).choices()
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{path}: damaged tuning record, every run read as selected ({e})", stacklevel=3)
+        return {}
+
+
+def tuning_runs(root: str | Path) -> pd.DataFrame:
+    """The runs of the folder's tuning record (every learning rate of each tuned setting, at the tuning seeds) as
+    rows of COLUMNS plus `memory` and `analysis` (the analysis summaries the record keeps): what the report's
+    learning-rate grid and its figures read. `path` is None (a record, whether or not the run's directory is here);
+    `selected` marks each setting's chosen rate. Empty (those columns) without a record."""
+    path = Path(root) / TUNING_FILE
+    columns = [*COLUMNS, "memory", "analysis"]
+    if not path.is_file():
+        return pd.DataFrame(columns=columns)
+    try:
+        tuning = Tuning.read(path)
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{path}: damaged tuning record, read as none ({e})", stacklevel=2)
+        return pd.DataFrame(columns=columns)
+    choices = tuning.choices()
+    rows = []
+    for entry in tuning.runs:
+        train = TrainConfig.from_dict(dict(entry["train"]))
+        study = str(entry.get("study") or "")
+        row = {c: None for c in columns}
+        row.update(run=entry.get("run"), group=group_of(study), study=study, status=entry.get("status"),
+                   **_config_columns(train), **{k: v for k, v in (entry.get("metrics") or {}).items() if k in COLUMNS})
+        chosen = choices.get(row["tuning_key"])
+        row["selected"] = chosen is not None and abs(train.lr - chosen) <= 1e-9 * chosen
+        analysis = entry.get("analysis") or {}
+        row.update(memory=analysis.get("memory"), analysis=analysis)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def reported(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs a report reads: each at its setting's chosen learning rate (all runs of untuned settings)."""
+    done = runs[runs["status"] == "finished"]
+    return done[done["selected"].fillna(True).astype(bool)] if "selected" in done else done
 
 
 def read_metrics(run_dir: str | Path) -> pd.DataFrame:

@@ -9,6 +9,15 @@ Filters: `--task`, `--task-param pairs=8`, `--n-layers 2 6`, `--variants`, `--se
 once, `--threads` torch threads each, `--log-dir` keeps their logs, `--launch-deadline EPOCH_S` starts no run
 after that time (for time-boxed batches).
 
+Learning rates and schedules: a tuned study's settings run at the learning rate chosen for each (the preset's
+recorded tuning, reproduce/tuning/PRESET.json, or `--tuning FILE`), as `mixit reproduce` trains them.
+`--schedule authors` runs their scripts at their own default schedule instead of ours: no `--warmup_steps`, so each
+script warms up as it does by default (depth.py 300 steps, modadd_exp.py 50, hdmemorize_exp.py 500, the classifier
+utils.py's max(4% of the steps, 500)) and decays as always (cosine to 0; the classifier linearly), recorded as
+`schedule: authors` with that warmup; the report sets those
+records beside ours in the end-to-end table. `--set-task-param KEY=VALUE` changes a data-processing choice (a
+control for tracing a difference, e.g. `split_seed=1` or `tokenizer=bpe-llama3`; write it to another `--out`).
+
 `--authors-repo` is a checkout of princeton-pli/MixiT (we read commit 22ce029) and `--authors-python` a
 Python with their requirements (torch, transformers 4.51, accelerate, datasets). Nothing of theirs is
 copied here: each run starts their script in their Python through benchmarks/authors_runner.py, in a
@@ -32,8 +41,8 @@ Which script runs what (docs/fidelity.md, "Their algorithmic scripts", "Their de
 Every run passes `--model_name_or_path=llama` (their Llama file, as their Slurm scripts do) and our
 width (`--n_embd`), layers (`--n_layer`), heads (`--n_head`), seed (`--seed`), peak learning rate
 (`--learning_rate`), weight decay (`--weight_decay`), warmup (`--warmup_steps`, our
-`TrainConfig.warmup`: `warmup_steps` if the preset sets it, else 5% of the steps), batch size and number of
-optimizer steps. Variants:
+`TrainConfig.warmup`: `warmup_steps` if the preset sets it, else 5% of the steps; none with `--schedule
+authors`), batch size and number of optimizer steps. Variants:
 
 | ours | their flags |
 | --- | --- |
@@ -117,7 +126,7 @@ Their metrics and ours (each record's `value` is their `compute_metrics` accurac
 Sentiment (trainer_classifier.py, their `LlamaForSequenceClassification`) loads its tokenizer from the
 Hugging Face Hub (the gated `meta-llama/Llama-3.2-1B` with `--llama3=True`, as their README's command) and
 its data with `datasets.load_dataset("fancyzhx/yelp_polarity")`. Neither loads offline, so the runner
-answers both calls with our study's own (this file writes them, `sentiment_inputs`):
+answers both calls with our study's own (benchmarks/authors_classifier.py writes them, `sentiment_inputs`):
 - `AutoTokenizer` is pinned to a stand-in whose `from_pretrained` returns our study's BPE tokenizer (trained
   on the training split, the study's `vocab_size`) as a `PreTrainedTokenizerFast` that prepends our
   `<|endoftext|>` as its BOS (as Llama 3's prepends `<|begin_of_text|>`) and has our `<pad>` as its eos,
@@ -160,19 +169,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RUNNER = Path(__file__).resolve().parent / "authors_runner.py"
+if str(RUNNER.parent) not in sys.path:
+    sys.path.insert(0, str(RUNNER.parent))
+
+from authors_classifier import sentiment_inputs, translate_classifier  # noqa: E402
+from authors_flags import VARIANTS, their_default_warmup, warmup_flag  # noqa: E402
 SCRIPTS = {"addition": "depth.py", "dyck": "depth.py", "retrieval": "depth.py", "modadd": "modadd_exp.py",
            "memorize": "hdmemorize_exp.py", "sentiment": "trainer_classifier.py"}
-CLASSIFIER_VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "mixit", "shaped")  # trainer_classifier.py's flags
-# our variant -> (their shaped_attention, weight_frozen, freeze_attention, freeze_mlp)
-VARIANTS = {
-    "standard": ("vanilla", 0, False, False),
-    "frozen_qk": ("vanilla", 0, True, False),
-    "frozen_mlp": ("vanilla", 0, False, True),
-    "mixit": ("mixing", 0, False, False),
-    "shaped": ("shaped", 0, False, False),
-    "random": ("vanilla", 1, False, False),
-    "mixit_weight_frozen": ("mixing", 1, False, False),
-}
 FROZEN_ONLY_DEPTH = ("random", "mixit_weight_frozen")  # weight_frozen=1 means our variant only in depth.py
 DEPTH_STUDIES = ("depth",)  # studies that also get mixit_weight_frozen by default
 NOT_RUNNABLE = {
@@ -192,43 +195,50 @@ ABOUT = (
 
 
 # --------------------------------------------------------------------------- our side: the runs of a study
-def _task_entry(entry: Any) -> tuple[str, dict]:
-    if isinstance(entry, str):
-        return entry, {}
-    (name, params), = entry.items()
-    return name, dict(params or {})
-
-
 def study_runs(preset, study_name: str, task: str | None = None, variants: list[str] | None = None,
-               seeds: list[int] | None = None) -> list[dict]:
-    """Our settings of every run of `study_name` in `preset` (a reproduce.preset.Preset), one dict per run."""
-    from training.trainer import TrainConfig
+               seeds: list[int] | None = None, tuning: str | None = None, schedule: str = "ours") -> list[dict]:
+    """Our settings of every run of `study_name` in `preset` (a reproduce.preset.Preset), one dict per run, as
+    `mixit reproduce` trains them: a tuned study's settings each at the learning rate chosen for it (the preset's
+    recorded tuning, or `tuning`, a tuning.json). `schedule` "authors": their scripts' default warmup instead of ours
+    (the record says so)."""
+    from reproduce.corpora import TextChoice, choose_text
+    from reproduce.pipeline import preset_runs
+    from reproduce.tuning import plan_tuning
+    from training.tuning import PATH_PARAMS
 
     if study_name not in preset.studies:
         raise SystemExit(f"study {study_name!r} is not in preset {preset.name!r}: {', '.join(preset.studies)}")
     study = preset.studies[study_name]
-    train = {**preset.train, **study.train}
-    if variants is None:
-        variants = list(study.variants) + (["mixit_weight_frozen"] if study_name in DEPTH_STUDIES else [])
+    text = {k: choose_text(k, None) if k == study.text else TextChoice(skipped=True) for k in preset.text_kinds()}
+    # the whole preset (another study may hold this one's tuning runs), each corpus tokenized once, in a scratch cache
+    everything = preset_runs(preset, text, Path(tempfile.gettempdir()) / "mixit_authors_reference_cache")
+    plan = plan_tuning(everything, preset.tuning_seeds(), preset.name, tune=False, record=tuning)
+    grid = [(n, cfg) for n, cfg in everything if n.split("/", 1)[0] == study_name]
+    chosen = set(plan.runs_to_train(grid, plan.chosen)) if plan is not None else {n for n, _ in grid}
+    settings: dict[tuple, object] = {}  # one config per setting at its chosen learning rate
+    for name, cfg in grid:
+        if name in chosen:
+            settings.setdefault((cfg.task, json.dumps(cfg.task_params, sort_keys=True), cfg.variant, cfg.d_model,
+                                 cfg.n_layers, cfg.n_heads), cfg)
+    wanted = list(variants) if variants is not None else None
     runs = []
-    for entry in study.tasks:
-        name, params = _task_entry(entry)
-        if task is not None and name != task:
+    for cfg in settings.values():
+        if task is not None and cfg.task != task:
             continue
-        for size in study.sizes:
-            for lr in study.lrs:
-                for seed in (study.seeds if seeds is None else seeds):
-                    for variant in variants:
-                        cfg = TrainConfig(task=name, task_params=params, variant="standard", lr=lr, seed=seed,
-                                          d_model=size["d_model"], n_layers=size["n_layers"], n_heads=size["n_heads"],
-                                          **{k: v for k, v in train.items() if k in ("steps", "batch_size",
-                                                                                     "weight_decay", "warmup_steps")})
-                        runs.append({
-                            "preset": preset.name, "study": study_name, "task": name, "task_params": params,
-                            "variant": variant, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
-                            "n_heads": cfg.n_heads, "steps": cfg.steps, "batch_size": cfg.batch_size, "lr": cfg.lr,
-                            "weight_decay": cfg.weight_decay, "warmup_steps": cfg.warmup, "seed": seed,
-                        })
+        names = [cfg.variant] + (["mixit_weight_frozen"] if study_name in DEPTH_STUDIES and cfg.variant == "mixit"
+                                 and wanted is None else [])
+        for variant in (names if wanted is None else [v for v in wanted if v in names or (
+                v == "mixit_weight_frozen" and cfg.variant == "mixit")]):
+            for seed in (study.seeds if seeds is None else seeds):
+                params = {k: v for k, v in cfg.task_params.items() if k not in PATH_PARAMS}
+                runs.append({
+                    "preset": preset.name, "study": study_name, "task": cfg.task, "task_params": params,
+                    "variant": variant, "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                    "steps": cfg.steps, "batch_size": cfg.batch_size, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
+                    "warmup_steps": cfg.warmup if schedule == "ours" else their_default_warmup(
+                        SCRIPTS.get(cfg.task, ""), cfg.steps),
+                    "schedule": schedule, "seed": seed, **({"text": study.text} if study.text else {}),
+                })
     if not runs:
         raise SystemExit(f"no runs: study {study_name!r} has no task {task!r}")
     return runs
@@ -246,7 +256,7 @@ def translate(run: dict) -> dict:
         raise ValueError(f"variant {variant!r} has no counterpart in their flags: {', '.join(VARIANTS)}")
     script = SCRIPTS[task]
     if script == "trainer_classifier.py":
-        return _translate_classifier(run)
+        return translate_classifier(run)
     attention, frozen, freeze_qk, freeze_mlp = VARIANTS[variant]
     if variant in FROZEN_ONLY_DEPTH and script != "depth.py":
         raise ValueError(f"{script}: weight_frozen=1 also freezes the token embeddings (its name list lacks "
@@ -287,7 +297,7 @@ def translate(run: dict) -> dict:
         kind = "memorize"
     argv += [f"--n_embd={run['d_model']}", f"--n_layer={run['n_layers']}", f"--n_head={run['n_heads']}",
              f"--seed={run['seed']}", f"--learning_rate={run['lr']}", f"--weight_decay={run['weight_decay']}",
-             f"--warmup_steps={run['warmup_steps']}", f"--per_device_train_batch_size={batch}"]
+             *warmup_flag(run), f"--per_device_train_batch_size={batch}"]
     if script == "depth.py":
         argv.append("--max_steps=1")
         pins["train_size"] = steps * batch
@@ -303,51 +313,6 @@ def translate(run: dict) -> dict:
         argv.append("--freeze_mlp=True")
     argv += ["--report_to=none", "--disable_tqdm=True"]
     return {"script": script, "argv": argv, "pins": pins, "kind": kind, "task_info": task_info}
-
-
-def _translate_classifier(run: dict) -> dict:
-    """trainer_classifier.py's flags for one sentiment run. Their tokenizer and data come from the Hub; the
-    runner hands their script ours instead (`kind: classifier`, see run_one and the docstring)."""
-    variant = run["variant"]
-    if variant not in CLASSIFIER_VARIANTS:
-        raise ValueError(f"trainer_classifier.py has no weight freezing: variant {variant!r} has no counterpart; "
-                         f"allowed: {', '.join(CLASSIFIER_VARIANTS)}")
-    attention, _, freeze_qk, freeze_mlp = VARIANTS[variant]
-    seq_len = int(run["task_params"].get("seq_len", 64))
-    argv = ["--model_name_or_path=llama", "--llama3=True", "--task=yelp_polarity", f"--max_seq_len={seq_len}",
-            f"--n_embd={run['d_model']}", f"--n_layer={run['n_layers']}", f"--n_head={run['n_heads']}",
-            f"--seed={run['seed']}", f"--learning_rate={run['lr']}", f"--weight_decay={run['weight_decay']}",
-            f"--warmup_steps={run['warmup_steps']}", f"--per_device_train_batch_size={run['batch_size']}",
-            f"--max_steps={run['steps']}", f"--shaped_attention={attention}", "--output_dir=out"]
-    if freeze_qk:
-        argv.append("--freeze_attention=True")
-    if freeze_mlp:
-        argv.append("--freeze_mlp=True")
-    argv += ["--report_to=none", "--disable_tqdm=True"]
-    return {"script": "trainer_classifier.py", "argv": argv, "pins": {}, "kind": "classifier",
-            "task_info": {"task": "sentiment", "seq_len": seq_len}}
-
-
-def sentiment_inputs(run: dict, text_files: list[str] | None = None) -> dict:
-    """What the runner gives their classifier in place of the Hub's: our study's tokenizer (JSON), its special
-    tokens, the labelled split (texts and class indices) and our token rows of both splits, to check theirs by."""
-    from models.tokenizer import BOS_TOKEN, PAD_TOKEN
-    from reproduce.pipeline import choose_text
-    from training.tasks.text import load_labelled_corpus
-    from training.tasks.registry import get_task
-
-    choice = choose_text("sentiment", text_files)
-    if choice.skipped:
-        raise SystemExit(f"sentiment: {choice.note}")
-    task = get_task("sentiment", **{**run["task_params"], **choice.params})
-    corpus = load_labelled_corpus(task.text_file, task.dataset, task.classes, task.val_fraction, task.max_docs,
-                                  task.cache_dir)  # the texts behind task.train_rows / val_rows, in their order
-    return {
-        "tokenizer": task.text_tokenizer.to_str(), "bos_token": BOS_TOKEN, "pad_token": PAD_TOKEN,
-        "classes": task.classes, "source": choice.note,
-        "train": {"text": corpus.train_texts, "label": task.train_labels.tolist(), "rows": task.train_rows.tolist()},
-        "test": {"text": corpus.val_texts, "label": task.val_labels.tolist(), "rows": task.val_rows.tolist()},
-    }
 
 
 def their_optimizer_steps(t: dict) -> int:
@@ -387,7 +352,7 @@ def _commit(repo: Path) -> str:
 
 def record_key(r: dict) -> tuple:
     return (r["preset"], r["study"], r["task"], json.dumps(r["task_params"], sort_keys=True), r["variant"],
-            r["d_model"], r["n_layers"], r["n_heads"], r["seed"])
+            r["d_model"], r["n_layers"], r["n_heads"], r["seed"], float(r["lr"]), r.get("schedule") or "ours")
 
 
 def merge_records(path: Path, new: list[dict]) -> None:
@@ -509,6 +474,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no run after this time (seconds since the epoch); the runs left are listed as skipped")
     ap.add_argument("--sentiment-file", nargs="+", metavar="FILE",
                     help="sentiment: the labelled corpus (default: as `mixit reproduce` picks it, ../shared/data first)")
+    ap.add_argument("--schedule", choices=("ours", "authors"), default="ours",
+                    help="ours: their scripts at our warmup (the reference of our runs); authors: at their scripts' "
+                         "default warmup, max(4%% of the steps, 500), recorded as schedule 'authors'")
+    ap.add_argument("--tuning", metavar="FILE",
+                    help="a tuned study's learning rates from this tuning.json (default: the preset's recorded one)")
+    ap.add_argument("--set-task-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="run with this task parameter changed (a data-processing choice to trace, e.g. split_seed=1 or "
+                         "tokenizer=bpe-llama3; a control: use another --out)")
     ap.add_argument("--seed-init", action="store_true",
                     help="memorize: seed their initialisation with --seed too (a control; use another --out)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
@@ -520,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     study = load_preset(a.preset).studies.get(a.study)
     if study is not None and study.text in NOT_RUNNABLE:
         raise SystemExit(f"{a.study}: not run: {NOT_RUNNABLE[study.text]}")
-    runs = study_runs(load_preset(a.preset), a.study, a.task, a.variants, a.seeds)
+    runs = study_runs(load_preset(a.preset), a.study, a.task, a.variants, a.seeds, a.tuning, a.schedule)
     for kv in a.task_param:
         key, _, value = kv.partition("=")
         runs = [r for r in runs if str(r["task_params"].get(key)) == value]
@@ -528,6 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = [r for r in runs if r["n_layers"] in a.n_layers]
     if not runs:
         raise SystemExit(f"no runs match {a.task_param} / n_layers {a.n_layers}")
+    if a.set_task_param:
+        if Path(a.out).resolve() == REFERENCE_FILE.resolve():
+            raise SystemExit(f"--set-task-param runs are a control, not the reference: give another --out than {a.out}")
+        import yaml
+
+        changes = {k: yaml.safe_load(v) for k, _, v in (kv.partition("=") for kv in a.set_task_param)}
+        runs = [dict(r, task_params={**r["task_params"], **changes}) for r in runs]
     if a.seed_init:
         if any(r["task"] != "memorize" for r in runs):
             raise SystemExit("--seed-init: only hdmemorize_exp.py (memorize) seeds its model apart from --seed")

@@ -28,7 +28,8 @@ import torch  # noqa: E402
 
 from models import build_model  # noqa: E402
 from models.transformer import derive_seed  # noqa: E402
-from reproduce.pipeline import choose_text, preset_runs  # noqa: E402
+from reproduce.corpora import choose_text  # noqa: E402
+from reproduce.pipeline import preset_runs  # noqa: E402
 from reproduce.preset import TEXT_KINDS, load_preset  # noqa: E402
 from training.tasks import TrainStream  # noqa: E402
 from training.trainer import (  # noqa: E402

@@ -8,8 +8,9 @@ switching ONE setting at a time, and compare the metric.
 For each selected run of the study (the preset's settings, exactly as `mixit reproduce` builds them) it trains
 the baseline, each switch alone and, with `--all-together`, every switch at once. A switch is
 `NAME:key=value[,key=value]`; keys are TrainConfig fields (sampling, betas, min_lr_ratio, warmup_steps, ...;
-betas written `0.9/0.999`) or `model.<field>` for a ModelConfig field passed through `model_extra`. Values are
-read as YAML scalars (`0`, `0.5`, `true`, `null`, `epochs`).
+betas written `0.9/0.999`), `model.<field>` for a ModelConfig field passed through `model_extra`, or
+`task.<parameter>` for a task parameter (a data-processing choice: `task.split_seed=1`,
+`task.tokenizer=bpe-llama3`). Values are read as YAML scalars (`0`, `0.5`, `true`, `null`, `epochs`).
 
 Metric: for a memorization task (its class's `eval_is_train`, e.g. `memorize`) the bits per trainable
 parameter of `analysis.memory.memorized_bits` (what the reproduce pipeline's analysis stage reports) and its
@@ -65,16 +66,20 @@ class Switch:
     name: str
     train: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)  # task parameters
 
     def describe(self) -> str:
-        items = [*self.train.items(), *((f"model.{k}", v) for k, v in self.model.items())]
+        items = [*self.train.items(), *((f"model.{k}", v) for k, v in self.model.items()),
+                 *((f"task.{k}", v) for k, v in self.task.items())]
         return ", ".join(f"{k}={v}" for k, v in items) or "preset settings"
 
 
 def allowed_keys() -> list[str]:
+    from training.tasks import task_parameters
+
     train = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RUN_FIELDS]
     model = [f"model.{f.name}" for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_TRAIN]
-    return train + model
+    return train + model + [f"task.{name}" for name in task_parameters()]
 
 
 def parse_value(key: str, text: str) -> Any:
@@ -95,8 +100,7 @@ def parse_switch(spec: str) -> Switch:
     name, sep, body = spec.partition(":")
     if not sep or not name or not body or name in (BASELINE, ALL):
         raise SwitchError(f"switch {spec!r}: write NAME:key=value[,key=value] (NAME not {BASELINE!r} or {ALL!r})")
-    train: dict[str, Any] = {}
-    model: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {"train": {}, "model": {}, "task": {}}
     for item in body.split(","):
         key, eq, text = item.partition("=")
         key = key.strip()
@@ -105,29 +109,27 @@ def parse_switch(spec: str) -> Switch:
         if key not in allowed_keys():
             raise SwitchError(f"switch {name!r}: unknown key {key!r}; allowed: {', '.join(allowed_keys())}")
         value = parse_value(key, text.strip())
-        if key.startswith("model."):
-            model[key[len("model."):]] = value
-        else:
-            train[key] = value
-    return Switch(name, train, model)
+        where, _, field_name = key.rpartition(".")
+        parts[where or "train"][field_name] = value
+    return Switch(name, **parts)
 
 
 def combine(switches: list[Switch]) -> Switch:
     """Every switch at once (a key set by two switches to different values is refused)."""
-    train: dict[str, Any] = {}
-    model: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {"train": {}, "model": {}, "task": {}}
     for s in switches:
-        for target, changes in ((train, s.train), (model, s.model)):
-            for k, v in changes.items():
+        for where, target in parts.items():
+            for k, v in getattr(s, where).items():
                 if k in target and target[k] != v:
                     raise SwitchError(f"--all-together: switches set {k} to both {target[k]!r} and {v!r}")
                 target[k] = v
-    return Switch(ALL, train, model)
+    return Switch(ALL, **parts)
 
 
 def apply_switch(cfg: TrainConfig, switch: Switch) -> TrainConfig:
     """cfg with the switch's changes (SwitchError, one line, if TrainConfig or ModelConfig refuses a value)."""
-    data = {**cfg.to_dict(), **switch.train, "model_extra": {**cfg.model_extra, **switch.model}}
+    data = {**cfg.to_dict(), **switch.train, "model_extra": {**cfg.model_extra, **switch.model},
+            "task_params": {**cfg.task_params, **switch.task}}
     try:
         new = TrainConfig.from_dict(data)
         new.model_config()
@@ -157,13 +159,15 @@ def parse_task_params(items: list[str]) -> dict[str, list[Any]]:
 def baseline_runs(preset_name: str, study: str, task_params: dict[str, list[Any]], variants: list[str] | None,
                   seeds: list[int] | None) -> list[tuple[str, TrainConfig]]:
     """(run name, TrainConfig) of each selected run of the study, built as the reproduce pipeline builds it."""
-    from reproduce.pipeline import choose_text
+    from reproduce.corpora import choose_text
     from reproduce.preset import load_preset
     from training.sweep import expand_grid_models
 
     preset = load_preset(preset_name)
     spec = preset.studies.get(study)
     train_fields = {**preset.train, **(spec.train if spec else {})}
+    if spec is not None and spec.schedules:  # the study's (first) schedule, as the pipeline trains it
+        train_fields["schedule"] = spec.schedules[0]
     corpus: dict[str, Any] = {}
     if spec is not None and spec.text:  # a text study reads the corpus `mixit reproduce` would pick
         choice = choose_text(spec.text, None)
@@ -207,8 +211,10 @@ def metric_names(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def group_key(cfg: TrainConfig) -> str:
-    """The run without its seed: task, parameters, variant, size."""
-    params = ",".join(f"{k}={v}" for k, v in sorted(cfg.task_params.items()))
+    """The run without its seed: task, parameters (files by their base names), variant, size."""
+    from training.tuning import portable_params
+
+    params = ",".join(f"{k}={v}" for k, v in sorted(portable_params(cfg.task_params).items()))
     return f"{cfg.task}({params}) {cfg.variant} d{cfg.d_model}/l{cfg.n_layers}/h{cfg.n_heads}"
 
 
@@ -262,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def plan(args: argparse.Namespace) -> list[tuple[str, Switch, str, TrainConfig]]:
-    """(switch name, switch, run name, config) of every run to train, checked before anything trains."""
+def plan(args: argparse.Namespace) -> list[tuple[str, Switch, str, TrainConfig, str]]:
+    """(switch name, switch, run name, config, its baseline's group) of every run to train, checked before anything
+    trains."""
     switches = [parse_switch(s) for s in args.switch]
     names = [s.name for s in switches]
     if len(set(names)) != len(names):
@@ -277,7 +284,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Switch, str, TrainConfig]]
         if args.steps:
             cfg = with_steps(cfg, args.steps)
         for s in todo:
-            jobs.append((s.name, s, name, apply_switch(cfg, s)))
+            jobs.append((s.name, s, name, apply_switch(cfg, s), group_key(cfg)))
     return jobs
 
 
@@ -293,12 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     work = Path(args.work or tempfile.mkdtemp(prefix="trace_gap_")) / args.study
     rows = []
-    for switch_name, switch, name, cfg in jobs:
+    for switch_name, switch, name, cfg, group in jobs:
         run_dir = work / f"{switch_name}__{name}"
         if args.dry_run:
             print(f"{run_dir}: {switch.describe()} -> {json.dumps(cfg.to_dict(), default=str)}")
             continue
-        row = {"group": group_key(cfg), "switch": switch_name, "seed": cfg.seed, "run": name,
+        row = {"group": group, "switch": switch_name, "seed": cfg.seed, "run": name,
                "changes": switch.describe(), "config": cfg.to_dict(), **train_and_measure(cfg, run_dir)}
         rows.append(row)
         shown = {m: row.get(m) for m in metric_names([row])}
@@ -310,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         result = {"preset": args.preset, "study": args.study, "task_params": parse_task_params(args.task_param),
-                  "switches": {s.name: s.describe() for _, s, _, _ in jobs}, "work": str(work),
+                  "switches": {s.name: s.describe() for _, s, _, _, _ in jobs}, "work": str(work),
                   "summary": summary, "runs": rows}
         Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
         print(f"wrote {args.out}")

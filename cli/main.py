@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from models import VARIANTS, CheckpointError
 from training.sweep import one_line_warnings
-from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, RunDamaged, RunLocked, is_run_dir
+from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
 from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
@@ -71,7 +71,7 @@ def _task_arg(value: str) -> str:
 def _register_task_arg(argv: Sequence[str]) -> None:
     """`mixit train --task package.module:Class`: import and register the class before the parser is built, so
     that its constructor parameters become options (--length ...). CLIError (one line) if it cannot be."""
-    if not argv or argv[0] != "train":
+    if not argv or argv[0] not in ("train", "tune"):
         return
     for i, arg in enumerate(argv):
         if arg == "--task" and i + 1 < len(argv):
@@ -84,7 +84,7 @@ def _register_task_arg(argv: Sequence[str]) -> None:
             try:
                 _task_arg(value)
             except argparse.ArgumentTypeError as e:
-                raise CLIError(f"mixit train: error: --task: {e}") from None
+                raise CLIError(f"mixit {argv[0]}: error: --task: {e}") from None
 
 
 def _task_params(args: argparse.Namespace, task: str) -> dict[str, Any]:
@@ -104,12 +104,13 @@ def _task_params(args: argparse.Namespace, task: str) -> dict[str, Any]:
     return params
 
 
-def _add_training_options(parser: argparse.ArgumentParser, many: bool) -> None:
+def _add_training_options(parser: argparse.ArgumentParser, many: bool, lr: bool = True) -> None:
     nargs = "+" if many else None
     parser.add_argument("--d-model", type=int, nargs=nargs, default=[DEFAULTS.d_model] if many else DEFAULTS.d_model)
     parser.add_argument("--n-layers", type=int, nargs=nargs, default=[DEFAULTS.n_layers] if many else DEFAULTS.n_layers)
     parser.add_argument("--n-heads", type=int, nargs=nargs, default=[DEFAULTS.n_heads] if many else DEFAULTS.n_heads)
-    parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
+    if lr:
+        parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     parser.add_argument("--sampling", choices=TrainStream.SAMPLINGS, default=DEFAULTS.sampling,
@@ -256,6 +257,7 @@ def build_parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("train", help="train one model", description="Train one model on one task.")
+    _add_tune_parser(sub)
     p.set_defaults(handler=cmd_train)
     p.add_argument("--task", required=True, type=_task_arg, metavar="TASK",
                    help=f"one of {', '.join(TASKS)}, or your own Task class: package.module:Class (found from the "
@@ -301,6 +303,27 @@ def build_parser() -> OneLineParser:
     for subparser in sub.choices.values():
         _show_defaults(subparser)
     return parser
+
+
+def _add_tune_parser(sub: Any) -> None:
+    """`mixit tune`: choose each variant's learning rate on its tuning set (training.tuning)."""
+    t = sub.add_parser("tune", help="choose each variant's learning rate on a tuning set",
+                       description="Train each variant at each learning rate (and seed) and choose, per variant, the "
+                                   "learning rate that scores best on the task's tuning set: rows held out of training "
+                                   "and apart from the eval rows a run reports (training.tuning). Writes OUT/tuning.json.")
+    t.set_defaults(handler=cmd_tune)
+    t.add_argument("--task", required=True, type=_task_arg, metavar="TASK", help="as for mixit train")
+    t.add_argument("--variants", nargs="+", default=[DEFAULTS.variant], metavar="VARIANT",
+                   help=f"some of: {', '.join(VARIANTS)}")
+    t.add_argument("--lrs", type=float, nargs="+", required=True, metavar="LR",
+                   help="the learning rates tried (two or more), e.g. 3e-4 1e-3 3e-3 1e-2")
+    t.add_argument("--seeds", type=int, nargs="+", default=[DEFAULTS.seed], help="the tuning seeds")
+    t.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    t.add_argument("--out", required=True, type=path_arg, help="directory of the runs and tuning.json")
+    t.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE", help="as for mixit train")
+    _add_training_options(t, many=False, lr=False)
+    _add_task_options(t, many=False)
+    t.set_defaults(tune_samples=512)  # a tuning needs its tuning rows; mixit train's default is none
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
@@ -397,6 +420,42 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
     env.setdefault("PYTHONFAULTHANDLER", "1")  # a worker killed by a native crash prints where its Python was
     return subprocess.run(torchrun_command(args.nproc, ["cli", *argv]), env=env).returncode
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from training.tuning import tune
+
+    cfg = _train_config(args, task=args.task, task_params=_task_params(args, args.task), variant=args.variants[0],
+                        seed=args.seeds[0], d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads)
+    with input_errors("tune"):
+        check_output_dir("--out", args.out)
+        bad = [v for v in args.variants if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"--variants {bad[0]!r} is not one of: {', '.join(VARIANTS)}")
+        if len(set(args.lrs)) < 2:
+            raise ValueError(f"--lrs {' '.join(map(str, args.lrs))}: give two learning rates or more to choose among")
+        if args.workers < 1:
+            raise ValueError(f"--workers={args.workers} must be >= 1")
+        check_tracker(args.tracker)
+        pick_device(cfg.device)
+    try:
+        with stop_on_sigterm():
+            tuning = tune(cfg, args.variants, args.lrs, args.out, seeds=args.seeds, workers=args.workers,
+                          tracker=args.tracker, tune_samples=args.tune_samples)
+    except (SettingsChanged, RunDamaged, RunLocked) as e:
+        raise CLIError(f"mixit tune: error: {e}") from None
+    table = tuning.selected()
+    for row in table.itertuples():
+        scores = ", ".join(f"{lr:g}: " + ("failed" if s is None else f"{s:.4g}") for lr, s in row.scores.items())
+        chosen = "none (no learning rate finished)" if pd.isna(row.lr) else f"{row.lr:g}"
+        print(f"{row.variant}: lr {chosen} ({row.metric} by lr: {scores})")
+    print(f"{len(tuning.runs)} runs; the record is {args.out / TUNING_FILE}")
+    failed = [r for r in tuning.runs if r["status"] != "finished"]
+    for r in failed:
+        print(f"{r['run']}: {r['status']}")
+    return EXIT_FAILED if table["lr"].isna().any() else EXIT_OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -37,6 +37,16 @@ def register(subparsers) -> None:
     p.add_argument("--sentiment-file", nargs="+", default=None, metavar="PATH",
                    help="labelled sentences for sentiment (default: ../shared/data Yelp sentences, else "
                         "1,000 Yelp reviews from the Hub)")
+    p.add_argument("--sst2-dir", default=None, metavar="DIR",
+                   help="SST-2 as GLUE distributes it, a folder with train.tsv and dev.tsv (default: ../shared/data/"
+                        "sst-2, else GLUE's sst2 from the Hub)")
+    p.add_argument("--tune", action="store_true",
+                   help="train every learning rate of the preset's tuned studies at its tuning seeds and choose each "
+                        "setting's on its tuning set now (writes OUT/tuning.json), instead of reading the preset's "
+                        "recorded tuning (reproduce/tuning/PRESET.json)")
+    p.add_argument("--tuning", type=path_arg, default=None, metavar="FILE",
+                   help="read the learning rates chosen from this tuning record (a tuning.json of mixit reproduce "
+                        "--tune) instead of the preset's recorded one")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="training precision of every run, over the preset's (quick: fast, i.e. bf16 where this "
                         "CPU's bf16 matmuls beat fp32, else fp32; see mixit train --help)")
@@ -66,11 +76,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         figures_dir = args.figures_dir or Path("figures/out") / preset.name
         for option, folder in (("--out", out), ("--report-dir", report_dir), ("--figures-dir", figures_dir)):
             check_output_dir(option, folder)  # each output folder, before anything trains (--dry-run too)
-        plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run)
+        if args.tune and args.tuning is not None:
+            raise ValueError("--tune trains the learning-rate grid now and --tuning reads a recorded one: give one")
+        plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run,
+                                 sst2_dir=args.sst2_dir, tune=args.tune, tuning_file=args.tuning)
     if args.dry_run:
         for run, cfg in plan.runs:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")
         print(f"{len(plan.runs)} runs into {out}")
+        if plan.tuning is not None:
+            later = "then each tuned setting's other seeds at its chosen learning rate" if plan.tuning.record is None \
+                else f"learning rates chosen by {plan.tuning.source}"
+            print(f"{len(plan.tuning.grids)} settings tune their learning rate: {later}")
         return 0
     from training.rundir import RunLocked
 

@@ -27,6 +27,7 @@ from training.rundir import LAST_STUDY_FILE, MANIFEST
 
 LAST_STUDY = Path(LAST_STUDY_FILE)  # {"runs_dir", "report_dir", "figures_dir", "preset"}: absolute paths
 COMPONENTS_TABLE = "components"
+LEARNING_RATE_TABLES = ("learning_rates", "schedules")  # the report tables of the rates chosen and the authors' schedule
 
 
 @dataclass
@@ -146,10 +147,10 @@ def finding_runs(finding: dict[str, Any], known: set[str]) -> tuple[list[str], l
 
 def verdict_kind(finding: dict[str, Any]) -> str:
     """How to colour a verdict: "success" (holds), "error" (a reproduction failure), "warning" (does not hold,
-    the authors' code agrees or has no number), "info" (not measured)."""
+    the authors' code agrees or has no number), "info" (not measured, or undecided at these seeds)."""
     verdict = finding.get("verdict")
     if verdict == "holds":
         return "success"
     if verdict == "reproduction_failure":
         return "error"
-    return "info" if verdict in (None, "not_measured") else "warning"
+    return "info" if verdict in (None, "not_measured", "inconclusive") else "warning"

@@ -42,6 +42,11 @@ FIGURE_NAMES = (
     "scale_sentiment",
     "scale_memorize",
     "scale_depth",
+    "lr_retrieval",
+    "lr_lm",
+    "lr_tasks",
+    "lr_memorize",
+    "lr_depth",
 )
 
 

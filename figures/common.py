@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.runs import load_runs
+from analysis.runs import load_runs, reported
 from training.rundir import MANIFEST, read_json
 
 if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through figures.style
@@ -78,16 +78,17 @@ def as_runs(runs: Runs | str | Path) -> Runs:
 # Study groups whose runs sweep one setting for one question (the scale preset's `scale`, reproduce.emergence):
 # only the figures that name the group draw them, never another figure's fallback (as the report's tables
 # leave them out of the paper's).
-OWN_FIGURES_ONLY = ("scale",)
+OWN_FIGURES_ONLY = ("scale", "schedule")
 
 
 def finished_runs(runs: Runs, groups: Sequence[str] = ()) -> pd.DataFrame:
-    """The finished runs of `runs` (see analysis.runs.COLUMNS), a new frame; NoData if its folder is missing.
+    """The finished runs of `runs` (see analysis.runs.COLUMNS) at their setting's chosen learning rate (all runs of
+    an untuned setting: analysis.runs.reported), a new frame; NoData if its folder is missing.
 
     Runs of an OWN_FIGURES_ONLY group are left out unless `groups` names it."""
-    df = runs.table
+    df = reported(runs.table)
     hidden = [g for g in OWN_FIGURES_ONLY if g not in groups]
-    return df[(df["status"] == "finished") & ~df["group"].isin(hidden)].reset_index(drop=True)
+    return df[~df["group"].isin(hidden)].reset_index(drop=True)
 
 
 def select_runs(

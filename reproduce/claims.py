@@ -21,15 +21,25 @@ from .selection import lookup
 
 @dataclass
 class Claim:
-    """One part of a finding, judged on its own: `holds` is None when its data is missing."""
+    """One part of a finding, judged on its own: `holds` is None when its data is missing, or when it was measured
+    but an interval over seeds straddles its threshold (`undecided`)."""
 
     name: str  # the part's key, the same on our tables and on the reference's, so the two can be paired
     text: str  # the numbers it was judged on
     holds: bool | None
+    undecided: bool = False  # measured, and neither held nor failed: an interval straddles a threshold
 
     def __post_init__(self) -> None:
         if self.holds is not None:
             self.holds = bool(self.holds)  # comparisons of table values give numpy booleans
+            self.undecided = False
+
+    @classmethod
+    def judged(cls, name: str, text: str, outcome: bool | None) -> Claim:
+        """A measured claim from reproduce.intervals.decide's outcome (None: undecided, said in its text)."""
+        if outcome is None:
+            return cls(name, text + " (undecided: an interval straddles its threshold)", None, undecided=True)
+        return cls(name, text, outcome)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,19 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- reading tables
+def seed_values(df: pd.DataFrame, column: str = "values", **where: Any) -> list[float] | None:
+    """The per-seed values (a list column) of the first row matching `where`, or None without one."""
+    if df.empty or column not in df:
+        return None
+    rows = df
+    for k, v in where.items():
+        rows = rows[rows[k] == v]
+    if not len(rows):
+        return None
+    values = rows[column].iloc[0]
+    return [float(v) for v in values] if isinstance(values, (list, tuple)) and len(values) else None
+
+
 def median(df: pd.DataFrame, **where: Any) -> float | None:
     """The median accuracy over seeds of the row matching `where` (tables without a median column: accuracy)."""
     return lookup(df, "median" if "median" in df else "accuracy", **where)

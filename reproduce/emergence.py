@@ -35,10 +35,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import load_runs, memory_summary
+from analysis.runs import load_runs, memory_summary, reported
 from models import VARIANTS
 from training.tasks import resolved_task_params
 
+from .intervals import combination, difference
 from .markdown import markdown_table as _markdown_table
 from .paper import FULL_ACCURACY, PAPER
 
@@ -47,7 +48,7 @@ SCALE = "scale"  # the study group of the scale preset (reproduce.report leaves 
 PAPER_SENTIMENT = PAPER["sentiment"]  # Table 3's sentiment accuracies (%)
 PAPER_MEMORIZE_BITS = PAPER["memorize_bits"]  # Table 4's bits per trainable parameter
 
-STAT_COLUMNS = ["mean", "std", "median", "seeds", "paper"]
+STAT_COLUMNS = ["mean", "std", "median", "seeds", "paper", "values"]  # values: per seed, in seed order
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def scale_runs(runs_dir: str | Path | None = None, *, runs: pd.DataFrame | None 
         if runs_dir is None:
             raise ValueError("scale_runs needs runs_dir or runs")
         runs = load_runs(Path(runs_dir))
-    return runs[(runs["status"] == "finished") & (runs["group"] == SCALE)].reset_index(drop=True)
+    done = reported(runs)
+    return done[done["group"] == SCALE].reset_index(drop=True)
 
 
 def _axis_values(runs: pd.DataFrame, axis: str) -> pd.Series:
@@ -175,7 +177,8 @@ def finding_table(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
             row["accuracy"] = pd.to_numeric(g["stored"], errors="coerce").mean()
         variant = str(row["variant"])
         row.update(mean=values.mean(), std=values.std(ddof=0), median=values.median(), seeds=len(values),
-                   paper=(finding.paper or {}).get(variant, math.nan))
+                   paper=(finding.paper or {}).get(variant, math.nan),
+                   values=[float(v) for v in g.sort_values("seed")["value"]] if "seed" in g else list(values))
         rows.append(row)
     out = pd.DataFrame(rows, columns=columns)
     out["_rank"] = out["variant"].map(_variant_rank)
@@ -268,6 +271,8 @@ def describe_gap(points: pd.DataFrame, axes: tuple[str, ...], label: str, unit: 
     if points.empty:
         return []
     gap = {tuple(r[:-1]): r[-1] for r in points[[*axes, "gap"]].itertuples(index=False)}
+    seeds = ({tuple(r[:-2]): (r[-2], r[-1]) for r in points[[*axes, "plus", "minus"]].itertuples(index=False)}
+             if {"plus", "minus"} <= set(points) else {})
     digits = 1 if unit == "points" else 2
     clauses = []
     for start, end in _comparisons(points, axes):
@@ -286,8 +291,18 @@ def describe_gap(points: pd.DataFrame, axes: tuple[str, ...], label: str, unit: 
             closer = abs(b - target) < abs(a - target)
             where = f", {'toward' if closer else 'away from'} the paper's {target:+.{digits}f}"
         values = " → ".join(f"{g:+.{digits}f}" for g in path)
-        clauses.append(f"{_moves(axes, start, end)}, {size} {word} ({values} {unit}{where})")
+        clauses.append(f"{_moves(axes, start, end)}, {size} {word} ({values} {unit}{where}"
+                       f"{_change_interval(seeds.get(start), seeds.get(end), digits)})")
     return clauses
+
+
+def _change_interval(start: tuple | None, end: tuple | None, digits: int) -> str:
+    """'; the change -0.5 [-9.1, +8.1] over seeds': the 95% interval of the gap's change from start to end, each
+    gap a difference of two groups of seeds (plus - minus); '' without each point's per-seed values."""
+    if not start or not end or not all(isinstance(v, list) and v for v in (*start, *end)):
+        return ""
+    change = combination([end[0], end[1], start[0], start[1]], [1.0, -1.0, -1.0, 1.0])
+    return f"; the change {change.text(digits)} over seeds" if not change.one_seed else ""
 
 
 def _pivot(table: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
@@ -296,11 +311,18 @@ def _pivot(table: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _pair_gap(table: pd.DataFrame, axes: tuple[str, ...], a: str, b: str) -> pd.DataFrame:
-    """points with `gap` = mean of variant a - mean of variant b, where both were run."""
+    """points with `gap` = mean of variant a - mean of variant b, where both were run, and each side's per-seed
+    values (`plus`, `minus`: what the gap's interval reads)."""
     pivot = _pivot(table, axes)
     if a not in pivot or b not in pivot:
-        return pd.DataFrame(columns=[*axes, "gap"])
-    return (pivot[a] - pivot[b]).rename("gap").reset_index()
+        return pd.DataFrame(columns=[*axes, "gap", "plus", "minus"])
+    gaps = (pivot[a] - pivot[b]).rename("gap").reset_index()
+    if "values" not in table:
+        return gaps
+    by = {(row["variant"], *(row[x] for x in axes)): row["values"] for _, row in table.iterrows()}
+    gaps["plus"] = [by.get((a, *key)) for key in gaps[list(axes)].itertuples(index=False)]
+    gaps["minus"] = [by.get((b, *key)) for key in gaps[list(axes)].itertuples(index=False)]
+    return gaps
 
 
 def _label(variant: str) -> str:
@@ -343,7 +365,8 @@ def gap_sentence(name: str, table: pd.DataFrame) -> str:
                     continue
                 shallow, deep = g.loc[g["n_layers"].idxmin()], g.loc[g["n_layers"].idxmax()]
                 rows.append({**dict(zip(widths, key if isinstance(key, tuple) else (key,))),
-                             "gap": shallow["mean"] - deep["mean"],
+                             "gap": shallow["mean"] - deep["mean"], "plus": shallow.get("values"),
+                             "minus": deep.get("values"),
                              "depths": f"{_num(shallow['n_layers'])} to {_num(deep['n_layers'])} layers"})
             if not rows:
                 continue
@@ -351,10 +374,13 @@ def gap_sentence(name: str, table: pd.DataFrame) -> str:
             depths = points["depths"].unique()
             label = f"{_label(variant)}'s loss from " + (depths[0] if len(depths) == 1 else "the shallowest to the deepest")
             if len(points) == 1:
-                clauses.append(f"at {_point(tuple(widths), tuple(points.iloc[0][widths]))}, {label} is "
-                               f"{points.iloc[0]['gap']:+.1f} points")
+                one = points.iloc[0]
+                loss = difference(one["plus"], one["minus"]) if isinstance(one.get("plus"), list) else None
+                clauses.append(f"at {_point(tuple(widths), tuple(one[widths]))}, {label} is "
+                               + (loss.text() if loss is not None else f"{one['gap']:+.1f}") + " points")
             else:
-                clauses += describe_gap(points[[*widths, "gap"]], tuple(widths), label, f.unit, f.tolerance)
+                clauses += describe_gap(points[[*widths, "gap", "plus", "minus"]], tuple(widths), label, f.unit,
+                                        f.tolerance)
         if not clauses:
             return "Too few depths to measure a loss with depth."
         return _sentence(clauses, "the paper: random collapses with depth, MixiT holds")
@@ -406,7 +432,9 @@ def emergence_section(tables: dict[str, pd.DataFrame]) -> list[str]:
              "preset's size, one or two axes moved toward the paper's setting. Mean, std (over seeds) and median "
              "of the final metric per variant and scale point; `paper` where the paper gives a number. The "
              "sentence under each table reads the means: whether the finding's gap shrinks, grows or stays "
-             "(changes within the tolerance named) as each axis moves toward the paper.", ""]
+             "(changes within the tolerance named) as each axis moves toward the paper, with the change's 95% "
+             "interval over seeds (Welch's t; `values` holds each seed's number). Every variant is at the learning "
+             "rate chosen for it at each point (\"Learning rates\").", ""]
     for f in FINDINGS:
         table = tables.get(f.table)
         if table is None:

@@ -10,7 +10,10 @@ import pandas as pd
 
 
 def fmt(x: Any) -> str:
-    """A cell: '—' for missing, floats to 2 decimals (4 significant digits below 0.01)."""
+    """A cell: '—' for missing, floats to 2 decimals (4 significant digits below 0.01), lists (per-seed values) joined
+    with ' / '."""
+    if isinstance(x, (list, tuple)):  # per-seed values
+        return " / ".join(fmt(v) for v in x) if x else "—"
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     if isinstance(x, float):

@@ -32,76 +32,17 @@ from analysis.analyze import AnalysisOptions
 from models import ModelConfig
 from training.rundir import (
     ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY,
-    SIGNAL_FILE, SPEED_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, run_lock,
+    SIGNAL_FILE, SPEED_FILE, TUNING_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, run_lock,
     write_json, write_runs_table,
 )
 from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
+from .corpora import TextChoice, choose_text
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
+from .tuning import TuningPlan, plan_tuning, record_from_runs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-# Corpora tried, in order, when a study needs text and no file was given: local copies of the real
-# corpora beside the project (../shared/data), then a small, fixed Hub dataset when the Hub can be reached
-# (training/tasks/hub.py HUB_DATASETS). For lm the Hub dataset is the same text as the local files (WikiText-2
-# validation + test, held out by article the same way); for sentiment it is another corpus of the same
-# size: 1,000 Yelp reviews (500 per class) of yelp_polarity's test split instead of the 1,000 sentences.
-TEXT_SOURCES: dict[str, dict[str, Any]] = {
-    "lm": {"local": ["wikitext-2/valid.txt", "wikitext-2/test.txt"], "hub": "wikitext-2-v1-valid-test",
-           "local_about": "WikiText-2 validation + test, held out by article",
-           "hub_about": "WikiText-2 validation + test, held out by article as from the local files"},
-    "sentiment": {"local": ["sentiment-sentences/yelp_labelled.txt"], "hub": "yelp_polarity-1k",
-                  "local_about": "1,000 Yelp review sentences, UCI sentiment labelled sentences",
-                  "hub_about": "1,000 Yelp reviews, a fixed sample of 500 per class from yelp_polarity's test split"},
-}
-
-
-# --------------------------------------------------------------------------- text corpora
-@dataclass
-class TextChoice:
-    """Where a text study's data comes from: task parameters to add, or why the study is skipped."""
-
-    params: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-    skipped: bool = False
-
-
-def _shared_data_dirs() -> list[Path]:
-    seen, out = set(), []
-    for base in (Path.cwd(), PROJECT_ROOT):
-        candidate = (base.parent / "shared" / "data").resolve()
-        if candidate not in seen and candidate.is_dir():
-            seen.add(candidate)
-            out.append(candidate)
-    return out
-
-
-def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], None] | None = None) -> TextChoice:
-    """Given files (--text-file / --sentiment-file), else ../shared/data, else the Hub, else skip."""
-    if files:
-        missing = [f for f in files if not Path(f).exists()]
-        if missing:
-            raise ValueError(f"{kind} corpus: no such file or folder {missing[0]!r}")
-        return TextChoice({"text_file": [str(Path(f)) for f in files]}, f"{kind}: {', '.join(files)} (given)")
-    source = TEXT_SOURCES[kind]
-    for data in _shared_data_dirs():
-        paths = [data / p for p in source["local"]]
-        if all(p.is_file() for p in paths):
-            shown = ", ".join(f"../shared/data/{p}" for p in source["local"])
-            return TextChoice({"text_file": [str(p) for p in paths]}, f"{kind}: {shown} ({source['local_about']})")
-    if hub_check is None:
-        from training.tasks.hub import check_hub_reachable as hub_check
-    try:
-        hub_check(source["hub"])
-        return TextChoice({"dataset": source["hub"]},
-                          f"{kind}: Hugging Face dataset {source['hub']} ({source['hub_about']})")
-    except Exception as e:  # DatasetUnavailable, or anything else the check raises
-        return TextChoice(
-            note=f"{kind}: skipped: no corpus given (--{'text' if kind == 'lm' else 'sentiment'}-file), none in "
-            f"../shared/data, and the Hub is unreachable ({str(e).split(';')[0]})",
-            skipped=True,
-        )
 
 
 # --------------------------------------------------------------------------- the grid
@@ -118,14 +59,16 @@ def _preset_grid(preset: Preset, text: dict[str, TextChoice], out: Path | None) 
             if choice.skipped:
                 continue
             tasks = [(t, {**p, **choice.params}) for t, p in tasks]
-        try:
-            expanded = expand_grid_models(
-                spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
-                {**preset.train, **spec.train}, None if out is None or not spec.text else out / study / DATA_CACHE_DIR,
-            )
-        except ValueError as e:
-            raise ValueError(f"study {study!r}: {e}") from None
-        runs.extend((f"{study}/{name}", cfg, model) for name, cfg, model in expanded)
+        train = {**preset.train, **spec.train}
+        for schedule in spec.schedules or [train.get("schedule", "ours")]:
+            try:
+                expanded = expand_grid_models(
+                    spec.variants, tasks, [dict(s) for s in spec.sizes], spec.seeds, spec.lrs,
+                    {**train, "schedule": schedule}, None if out is None or not spec.text else out / study / DATA_CACHE_DIR,
+                )
+            except ValueError as e:
+                raise ValueError(f"study {study!r}: {e}") from None
+            runs.extend((f"{study}/{name}", cfg, model) for name, cfg, model in expanded)
     return runs
 
 
@@ -141,27 +84,55 @@ def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = 
 @dataclass(frozen=True)
 class Plan:
     """What one `mixit reproduce` resolves before anything runs, once (the command line builds it and the pipeline
-    and its workers use it): the corpora, every run's config and model, each checked against a run already in `out`."""
+    and its workers use it): the corpora, every run's config and model, each checked against a run already in `out`,
+    and for a preset that tries several learning rates, where each setting's choice comes from (reproduce.tuning)."""
 
     out: Path
     text: dict[str, TextChoice]
-    runs: list[Run]
+    grid: list[Run]  # every run of the preset, every learning rate of a tuned study included
     models: dict[str, ModelConfig]  # run name -> its model config (its size: the cost estimate)
+    tuning: TuningPlan | None = None  # None: no study tries several learning rates
+
+    def choices(self) -> dict[str, float]:
+        """Each tuned setting's chosen learning rate, as recorded ({} before a tuning trained now has chosen)."""
+        return {} if self.tuning is None or self.tuning.chosen is None else dict(self.tuning.chosen)
+
+    def runs_for(self, choices: dict[str, float]) -> list[Run]:
+        """The runs trained for the report: all of an untuned preset's; a tuned setting's at its chosen rate."""
+        if self.tuning is None:
+            return list(self.grid)
+        keep = set(self.tuning.runs_to_train(self.grid, choices))
+        return [(name, cfg) for name, cfg in self.grid if name in keep]
+
+    @property
+    def runs(self) -> list[Run]:
+        """The runs known to be trained before anything runs: the report's runs, or with a tuning trained now its
+        tuning runs and the untuned settings' runs (the other seeds wait for the choices)."""
+        if self.tuning is not None and self.tuning.record is None:
+            tuning = set(self.tuning.tuning_runs)
+            return [(n, cfg) for n, cfg in self.grid if n in tuning or (self.tuning.keys[n] not in self.tuning.grids
+                                                                        and n.split("/", 1)[0] not in self.tuning.record_only)]
+        return self.runs_for(self.choices())
 
 
 def plan_reproduction(preset: Preset, out: str | Path, text_files: list[str] | None = None,
                       sentiment_files: list[str] | None = None, hub_check: Callable[[str], None] | None = None,
-                      cache: bool = True) -> Plan:
-    """Choose the corpora, expand the grid and refuse a run directory trained otherwise (SettingsChanged): every
-    input error before anything trains. `cache`: write text studies' token caches into `out` (False: a dry run
-    writes nothing)."""
+                      cache: bool = True, sst2_dir: str | None = None, tune: bool = False,
+                      tuning_file: str | Path | None = None) -> Plan:
+    """Choose the corpora, expand the grid, find where the learning rates are chosen (reproduce.tuning: `tune`
+    trains the grid now, else `tuning_file` or the preset's recorded tuning) and refuse a run directory trained
+    otherwise (SettingsChanged): every input error before anything trains. `cache`: write text studies' token caches
+    into `out` (False: a dry run writes nothing)."""
     out = Path(out)
-    text = {k: choose_text(k, text_files if k == "lm" else sentiment_files, hub_check)
-            for k in sorted(preset.text_kinds())}
+    given = {"lm": text_files, "sentiment": sentiment_files, "sst2": [sst2_dir] if sst2_dir else None}
+    text = {k: choose_text(k, given[k], hub_check) for k in sorted(preset.text_kinds())}
     grid = _preset_grid(preset, text, out if cache else None)
+    runs = [(n, cfg) for n, cfg, _ in grid]
+    tuning = plan_tuning(runs, preset.tuning_seeds(), preset.name, tune, tuning_file,
+                         frozenset(name for name, study in preset.studies.items() if study.tuning_only))
     for name, cfg, _ in grid:
         check_not_stale(out / name, cfg)
-    return Plan(out, text, [(n, cfg) for n, cfg, _ in grid], {n: model for n, _, model in grid})
+    return Plan(out, text, runs, {n: model for n, _, model in grid}, tuning)
 
 
 def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
@@ -203,11 +174,11 @@ def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- stages
-def train_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[str], None],
-                tracker: str | None = None) -> pd.DataFrame:
-    """Train every unfinished run of the plan, longest first; the bar counts estimated work, its label runs
-    done/total. The plan has checked every run directory already (plan_reproduction)."""
-    runs, out = plan.runs, plan.out
+def train_stage(plan: Plan, runs: list[Run], executor: Executor, progress: bool, log: Callable[[str], None],
+                tracker: str | None = None, label: str = "train") -> pd.DataFrame:
+    """Train every unfinished run of `runs` (of the plan), longest first; the bar counts estimated work, its label
+    runs done/total. The plan has checked every run directory already (plan_reproduction). Returns a row per run."""
+    out = plan.out
     todo, rows = [], {}
     costs: dict[str, float] = {}
     for name, cfg in runs:
@@ -232,30 +203,67 @@ def train_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[s
                 "fp32's)")
     where = (f"on {executor.workers} worker(s)" if executor.kind == "pool" else
              f"as Ray tasks ({executor.address or 'local Ray'}, {executor.cpus_per_run:g} CPU(s) each)")
-    log(f"train: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
+    log(f"{label}: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
     by_name = dict(runs)
     total = sum(costs.values()) or 1.0
     done = len(runs) - len(todo)
     bar = tqdm(total=round(total / 1e9, 1), unit="GFLOP", disable=not progress or not todo,
-               desc=f"train {done}/{len(runs)} runs", bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
+               desc=f"{label} {done}/{len(runs)} runs", bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
     try:
         for row in train_runs([(n, by_name[n]) for n in todo], out, executor, "reproduce", tracker):
             rows[row["run"]] = row
             done += 1
-            bar.set_description_str(f"train {done}/{len(runs)} runs")
+            bar.set_description_str(f"{label} {done}/{len(runs)} runs")
             bar.update(round(costs[row["run"]] / 1e9, 1))
             if row["status"] != "finished":
                 log(f"  {row['run']}: {row['status']} {row.get('message', '')}".rstrip())
     finally:
         bar.close()
-    ordered = [rows[n] for n, _ in runs if n in rows]
+    return pd.DataFrame([rows[n] for n, _ in runs if n in rows])
+
+
+def write_study_tables(trained: pd.DataFrame, out: Path) -> None:
+    """Each study's summary.csv: one row per run the reproduction trained (written once training is over)."""
     by_study: dict[str, list[dict[str, Any]]] = {}
-    for row in ordered:
+    for row in trained.to_dict("records"):
         study, run = row["run"].split("/", 1)
         by_study.setdefault(study, []).append({**row, "run": run})
     for study, study_rows in by_study.items():
         write_runs_table(study_rows, out / study / RUNS_SUMMARY)
-    return pd.DataFrame(ordered)
+
+
+def tune_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[str], None],
+               tracker: str | None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Choose each tuned setting's learning rate: train its grid at the tuning seeds now (mixit reproduce --tune),
+    or read the recorded tuning; either way the record is written to out/TUNING_FILE. Returns the tuning runs'
+    rows (none when read) and the choices."""
+    tuning, out = plan.tuning, plan.out
+    rows = pd.DataFrame()
+    if tuning.record is None:
+        names = set(tuning.tuning_runs)
+        rows = train_stage(plan, [(n, cfg) for n, cfg in plan.grid if n in names], executor, progress, log, tracker,
+                           label="tune")
+        record = record_from_runs(tuning, plan.grid, out, tuning_about(plan))
+    else:
+        record = tuning.record
+        for note in tuning.notes:
+            log(f"note: {note}")
+    record.write(out / TUNING_FILE)
+    choices = record.choices() if tuning.chosen is None else dict(tuning.chosen)
+    missing = sorted(set(tuning.grids) - set(choices))
+    log(f"tune: {len(choices)} settings' learning rates chosen ({tuning.source})"
+        + (f"; {len(missing)} settings without a finished run at any learning rate are left out" if missing else ""))
+    return rows, choices
+
+
+def tuning_about(plan: Plan) -> dict[str, Any]:
+    """What a tuning trained now records of itself: its grids, its seeds, where and when."""
+    from training.provenance import provenance
+
+    seeds = sorted({cfg.seed for n, cfg in plan.grid if n in set(plan.tuning.tuning_runs)})
+    grids = sorted({tuple(lrs) for lrs in plan.tuning.grids.values()})
+    return {"seeds": seeds, "lrs": [list(g) for g in grids], "made": provenance([]),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,
@@ -365,7 +373,7 @@ def inputs_fingerprint(runs: pd.DataFrame, out: Path, options: dict[str, Any]) -
         for here, dirs, files in os.walk(run_dir):
             dirs[:] = sorted(dirs)
             stamps.extend(_stamp(Path(here) / f) for f in sorted(files) if f != LOCK_FILE)
-    stamps.extend(_stamp(out / f) for f in (SIGNAL_FILE, SPEED_FILE) if (out / f).is_file())
+    stamps.extend(_stamp(out / f) for f in (SIGNAL_FILE, SPEED_FILE, TUNING_FILE) if (out / f).is_file())
     for package in CODE_PACKAGES:
         stamps.extend([f.relative_to(PROJECT_ROOT).as_posix(), hashlib.sha256(f.read_bytes()).hexdigest()]
                       for f in sorted((PROJECT_ROOT / package).rglob("*")) if f.is_file() and f.suffix in CODE_SUFFIXES)
@@ -517,8 +525,16 @@ def _run_stages(preset: Preset, plan: Plan, out: Path, report_dir: Path, figures
                 tracker: str | None, progress: bool, log: Callable[[str], None]) -> None:
     """Every stage of `reproduce`, in order, filling `manifest` (written to out/reproduce.json at the end)."""
     options = AnalysisOptions.from_dict(preset.analysis)  # the preset was checked whole when it loaded
-    trained = stage("train", lambda: train_stage(plan, executor, progress, log, tracker))
+    tuned, choices = pd.DataFrame(), plan.choices()
+    if plan.tuning is not None:
+        tuned, choices = stage("tune", lambda: tune_stage(plan, executor, progress, log, tracker))
+    trained = stage("train", lambda: train_stage(plan, plan.runs_for(choices), executor, progress, log, tracker))
+    trained = pd.concat([tuned, trained], ignore_index=True).drop_duplicates("run", keep="last") if len(tuned) else trained
+    manifest["runs"] = sorted(trained["run"]) if len(trained) else []
+    write_study_tables(trained, out)
     failed_analyses = stage("analyze", lambda: analysis_stage(trained, out, options, workers, progress, log))
+    if plan.tuning is not None and plan.tuning.record is None:  # the grid's analyses join its record
+        record_from_runs(plan.tuning, plan.grid, out, tuning_about(plan)).write(out / TUNING_FILE)
     if "signal" not in preset.skip:
         stage("signal", lambda: signal_stage(preset.signal, out, log))
     if "speed" not in preset.skip:
@@ -540,9 +556,10 @@ def _run_stages(preset: Preset, plan: Plan, out: Path, report_dir: Path, figures
                                                     inputs["report"], log))
     manifest.update(wall_s=round(time.time() - started, 1), findings=findings, inputs=inputs)
     write_json(out / MANIFEST, manifest)
-    measured = [f for f in findings if f["holds"] is not None]
-    verdicts = (f"{sum(f['holds'] for f in measured)} of {len(measured)} measured findings hold" if measured
-                else "no paper finding measured")
+    measured = [f for f in findings if f["verdict"] != "not_measured"]
+    undecided = sum(f["verdict"] == "inconclusive" for f in measured)
+    verdicts = (f"{sum(bool(f['holds']) for f in measured)} of {len(measured)} measured findings hold"
+                + (f", {undecided} undecided" if undecided else "") if measured else "no paper finding measured")
     log(f"report: {report_dir / REPORT_FILE} ({verdicts}); wall time {manifest['wall_s']:.0f}s")
 
 
@@ -569,7 +586,7 @@ def _start_manifest(preset: Preset, plan: Plan, started: float, workers: int, ex
     return {
         "format": "mixit-lab/reproduce", "preset": preset.name, "preset_contents": preset.to_dict(),
         "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in plan.text.items()},
-        "runs": [n for n, _ in plan.runs], "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "runs": [n for n, _ in plan.runs], "tuning": None if plan.tuning is None else plan.tuning.source, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "status": "running", "timings_s": {}, "workers": workers,
         "executor": executor.kind,
         # where the other outputs went, as given (relative to the working directory) and resolved

@@ -8,7 +8,9 @@ A preset file is a mapping:
 
     name, about, budget, evidence   text (name defaults to the file's stem)
     train: {...}                    TrainConfig fields shared by every study
-    studies: {NAME: STUDY, ...}     each a grid: variants, tasks, sizes, seeds, lrs, train, text, about
+    studies: {NAME: STUDY, ...}     each a grid: variants, tasks, sizes, seeds, lrs, schedules, train, text, about
+    tune: {seeds: [0]}              the tuning seeds: a study with several lrs trains them all at these seeds and
+                                    every other seed at each setting's chosen lr (reproduce.tuning)
     analysis: {...}                 analysis.analyze.AnalysisOptions fields for the analysis stage
     signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
     skip: [signal, speed]           stages this preset leaves out (both run by default)
@@ -34,7 +36,7 @@ from models.files import as_list, load_yaml
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
-TEXT_KINDS = ("lm", "sentiment")  # what a study's `text:` may name: the corpus it needs (reproduce.pipeline)
+TEXT_KINDS = ("lm", "sentiment", "sst2")  # what a study's `text:` may name: the corpus it needs (reproduce.corpora)
 
 
 def _grid_default(axis: str) -> list:
@@ -167,9 +169,28 @@ def _check_speed(where: str, block: Any) -> None:
         raise ValueError(f"{where}: precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
 
 
+def _check_tune(where: str, block: Any) -> None:
+    """The `tune:` block: `seeds`, a non-empty list of integers >= 0."""
+    block = _mapping(where, block)
+    unknown = sorted(set(block) - {"seeds"})
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; allowed: ['seeds']")
+    if "seeds" in block:
+        _check_value(where, "seeds", block["seeds"], [0])
+
+
+def _check_schedules(where: str, schedules: Any) -> None:
+    from training.optim import SCHEDULES
+
+    bad = [s for s in as_list(schedules) if s not in SCHEDULES]
+    if not as_list(schedules) or bad:
+        raise ValueError(f"{where}: schedules={schedules!r}: {bad or 'none'} not among: {', '.join(SCHEDULES)}")
+
+
 @dataclass
 class Study:
-    """One grid of training runs: variants x tasks x sizes x seeds x lrs (see training.sweep.expand_grid)."""
+    """One grid of training runs: variants x tasks x sizes x seeds x lrs x schedules (training.sweep.expand_grid,
+    once per schedule). Several lrs make a tuned study (reproduce.tuning)."""
 
     tasks: list[Any]  # names, or {name: {param: value}}
     # An axis the study does not give takes the grid's default (training.sweep.grid_defaults); sizes: [{}]
@@ -178,6 +199,10 @@ class Study:
     sizes: list[dict[str, Any]] = field(default_factory=lambda: [{}])
     seeds: list[int] = field(default_factory=lambda: _grid_default("seeds"))
     lrs: list[float] = field(default_factory=lambda: _grid_default("lrs"))
+    schedules: list[str] | None = None  # training.optim.SCHEDULES, an axis of the grid (None: the train block's)
+    # tuning_only: the study trains only its learning-rate grid at the tuning seeds (mixit reproduce --tune); its
+    # chosen runs are read from the tuning record, never trained again (a side study, such as another schedule)
+    tuning_only: bool = False
     train: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields, over the preset's
     text: str | None = None  # "lm" or "sentiment": the study needs that corpus
     about: str = ""
@@ -190,7 +215,12 @@ class Study:
         _check_train(f"{where}study {name!r}: train", data.get("train"))
         if data.get("text") not in (None, *TEXT_KINDS):
             raise ValueError(f"{where}study {name!r}: text={data['text']!r} must be one of {sorted(TEXT_KINDS)}")
-        lists = {k: as_list(data[k]) for k in ("tasks", "variants", "sizes", "seeds", "lrs") if k in data}
+        if data.get("schedules") is not None:
+            _check_schedules(f"{where}study {name!r}", data["schedules"])
+        if not isinstance(data.get("tuning_only", False), bool):
+            raise ValueError(f"{where}study {name!r}: tuning_only={data['tuning_only']!r} must be true or false")
+        lists = {k: as_list(data[k]) for k in ("tasks", "variants", "sizes", "seeds", "lrs", "schedules")
+                 if data.get(k) is not None}
         return cls(**{**data, **lists, "train": dict(data.get("train") or {})})
 
 
@@ -207,6 +237,7 @@ class Preset:
     analysis: dict[str, Any] = field(default_factory=dict)  # analysis.analyze.AnalysisOptions fields
     signal: dict[str, Any] = field(default_factory=dict)
     speed: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, Any] = field(default_factory=dict)  # {seeds: [...]}: the tuning seeds (default [0])
     skip: list[str] = field(default_factory=list)  # optional stages left out: "signal", "speed"
 
     @classmethod
@@ -219,10 +250,16 @@ class Preset:
         _check_analysis(f"{where}: analysis", data.get("analysis"))
         _check_signal(f"{where}: signal", data.get("signal"))
         _check_speed(f"{where}: speed", data.get("speed"))
+        _check_tune(f"{where}: tune", data.get("tune"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
+        seeds = set(as_list((data.get("tune") or {}).get("seeds", [0])))
+        for name, study in studies.items():
+            if study.tuning_only and (len(study.lrs) < 2 or not set(study.seeds) <= seeds):
+                raise ValueError(f"{where}: study {name!r}: tuning_only needs several lrs and seeds among the tuning "
+                                 f"seeds {sorted(seeds)}, not lrs={study.lrs} seeds={study.seeds}")
         for name, study in studies.items():  # the study's settings over the preset's, as the grid combines them
             _check_train(f"{where}: study {name!r}: train (over the preset's)", {**(data.get("train") or {}), **study.train})
-        blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed")}
+        blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed", "tune")}
         skip = as_list(data.get("skip") or [])
         bad = [s for s in skip if s not in SKIPPABLE]
         if bad:
@@ -239,6 +276,10 @@ class Preset:
         _check_train(f"{self.name}: override", fields)
         studies = {name: dataclasses.replace(s, train={**s.train, **fields}) for name, s in self.studies.items()}
         return dataclasses.replace(self, train={**self.train, **fields}, studies=studies)
+
+    def tuning_seeds(self) -> list[int]:
+        """The seeds at which tuned studies train every learning rate (`tune: seeds`, default [0])."""
+        return [int(s) for s in as_list(self.tune.get("seeds", [0]))]
 
     def text_kinds(self) -> set[str]:
         """The corpora ("lm", "sentiment") the studies need."""

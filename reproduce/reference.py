@@ -29,8 +29,11 @@ from models.files import read_json
 
 REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
 
-# Settings that must match between a record and a run of ours (seeds are repeats, not settings).
-SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr", "warmup_steps", "weight_decay")
+# Settings that must match between a record and a run of ours (seeds are repeats, not settings). A record without a
+# schedule ran at ours: our warmup (and their decay; see benchmarks/authors_reference.py); "authors" is their scripts'
+# default, their warmup rule too.
+SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr", "warmup_steps", "weight_decay",
+            "schedule")
 
 # Labels of the authors' runs that are none of our variants, and the variant of ours whose settings they share.
 # "mixit_weight_frozen": MixiT as their depth script trains it by default (only embeddings and readout train).
@@ -65,6 +68,9 @@ def _key(values: dict[str, Any]) -> tuple:
     out = []
     for name in SETTINGS:
         v = values.get(name)
+        if name == "schedule":
+            out.append(v if isinstance(v, str) else "ours")
+            continue
         if isinstance(v, float) and math.isfinite(v):
             v = float(f"{v:.6g}")
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -93,7 +99,7 @@ def record_row(rec: dict[str, Any]) -> dict[str, Any]:
         task_label=task_label(str(rec.get("task")), params), status="finished", eval_acc=accuracy,
         eval_loss=rec.get("eval_loss"), params_trainable=rec.get("params_trainable"), precision="fp32",
         **{k: rec.get(k) for k in ("d_model", "n_layers", "n_heads", "lr", "seed", "steps", "batch_size",
-                                   "warmup_steps", "weight_decay")},
+                                   "warmup_steps", "weight_decay")}, schedule=rec.get("schedule") or "ours",
     )
     bpp = rec.get("bits_per_trainable_param")
     row["memory"] = None if bpp is None else {
@@ -112,8 +118,9 @@ def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> pd.Data
     return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
 
 
-END_TO_END_COLUMNS = ["task", "variant", "d_model", "n_layers", "n_heads", "steps", "metric", "ours", "ours_median",
-                      "theirs", "theirs_median", "difference", "spread", "beyond_spread", "note"]
+END_TO_END_COLUMNS = ["task", "variant", "d_model", "n_layers", "n_heads", "steps", "lr", "schedule", "metric", "ours",
+                      "ours_median", "theirs", "theirs_median", "difference", "spread", "beyond_spread",
+                      "theirs_own_schedule", "theirs_own_schedule_median", "note"]
 
 # Tasks whose metric in the authors' code is another quantity than ours, so that their number and ours are not
 # compared (the verdicts still read theirs against their own other runs: a finding is about differences).
@@ -145,6 +152,7 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
     theirs = reference_runs(records, ours)
     if theirs.empty:
         return pd.DataFrame(columns=END_TO_END_COLUMNS)
+    own = own_schedule_runs(records, ours)
     mine = ours[ours["status"] == "finished"]
     rows = []
     keys = ["task_label", "variant", *SETTINGS[1:]]
@@ -163,15 +171,42 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
         note = OTHER_METRIC.get(str(group.iloc[0]["task"]), "")
         diff = None if None in med.values() or note else round(med["ours"] - med["theirs"], 4)
         digits = 3 if metric == "bits/param" else 1
+        at_theirs = sorted(_metric(r)[1] for r in own.get(_own_key(where), []) if _metric(r)[1] is not None)
         rows.append({
             "task": where["task_label"], "variant": where["variant"], "d_model": where["d_model"],
-            "n_layers": where["n_layers"], "n_heads": where["n_heads"], "steps": where["steps"], "metric": metric,
+            "n_layers": where["n_layers"], "n_heads": where["n_heads"], "steps": where["steps"], "lr": where["lr"],
+            "schedule": where["schedule"], "metric": metric,
             "ours": " / ".join(f"{v:.{digits}f}" for _, v in side["ours"]) or "—", "ours_median": med["ours"],
             "theirs": " / ".join(f"{v:.{digits}f}" for _, v in side["theirs"]), "theirs_median": med["theirs"],
             "difference": diff, "spread": spread,
-            "beyond_spread": None if diff is None else bool(abs(diff) > spread), "note": note,
+            "beyond_spread": None if diff is None else bool(abs(diff) > spread),
+            "theirs_own_schedule": " / ".join(f"{v:.{digits}f}" for v in at_theirs) or "—",
+            "theirs_own_schedule_median": float(pd.Series(at_theirs).median()) if at_theirs else None, "note": note,
         })
     return pd.DataFrame(rows, columns=END_TO_END_COLUMNS)
+
+
+OWN_SCHEDULE_SETTINGS = ("task_label", "variant", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr",
+                         "weight_decay")  # a row's settings but its warmup and schedule
+
+
+def _own_key(values: dict[str, Any]) -> tuple:
+    full = dict(zip(SETTINGS, _key(values)))
+    return (values.get("variant"), *(full[k] for k in OWN_SCHEDULE_SETTINGS if k != "variant"))
+
+
+def own_schedule_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> dict[tuple, list[dict[str, Any]]]:
+    """The records of the authors' code at its own default schedule (schedule "authors": their warmup rule, their
+    decay) whose other settings equal a finished run of ours at our schedule, grouped by those settings: the end-to-end
+    table's column beside ours, "at the authors' schedule"."""
+    rows = [record_row(r) for r in records if not is_signal(r) and r.get("schedule") == "authors"]
+    finished = ours[(ours["status"] == "finished") & (ours["schedule"].fillna("ours") == "ours")] if len(ours) else ours
+    mine = {_own_key(r) for r in finished.to_dict("records")}
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:  # keyed by the record's own variant (mixit_weight_frozen too), matched by the variant it stands for
+        if _own_key({**row, "variant": ALIASES.get(row["variant"], row["variant"])}) in mine:
+            out.setdefault(_own_key(row), []).append(row)
+    return out
 
 
 # --------------------------------------------------------------------------- Table 7 at initialization

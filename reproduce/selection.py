@@ -15,12 +15,14 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.runs import reported
 from models import VARIANTS
 
 from .emergence import SCALE
 
 BEYOND = "beyond"  # the study group of grid experiments (reproduce/presets/beyond.yaml): not the paper's tables
-NOT_THE_PAPERS = (BEYOND, SCALE)  # groups the paper's tables leave out
+SCHEDULE = "schedule"  # studies at the authors' scripts' default schedule: their own table beside the paper's
+NOT_THE_PAPERS = (BEYOND, SCALE, SCHEDULE)  # groups the paper's tables leave out
 
 # A seed this many points below its configuration's median is reported as stuck: one such seed
 # (retrieval's standard seed 1 at 32.4% against 100% for the others, from a too-short warmup) would
@@ -29,8 +31,9 @@ STUCK_POINTS = 30.0
 
 
 def finished(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs whose training finished."""
-    return runs[runs["status"] == "finished"]
+    """The runs whose training finished, each at its setting's chosen learning rate (analysis.runs.reported: a tuned
+    study's runs at the other learning rates are its tuning grid, read from the tuning record, never here)."""
+    return reported(runs)
 
 
 def papers_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -50,15 +53,20 @@ def select(runs: pd.DataFrame, task: str, study: str | None = None, fallback: bo
 
 
 def mean_by(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """Mean and spread over seeds of `value` per `keys`, with the number of seeds."""
+    """Mean and spread over seeds of `value` per `keys`, the number of seeds, and the values themselves in seed
+    order (`{value}_values`: what reproduce.intervals reads)."""
     if df.empty:
-        return pd.DataFrame(columns=[*keys, value, f"{value}_std", "seeds"])
-    g = df.groupby(keys, sort=False)[value]
-    return pd.concat([g.mean(), g.std(ddof=0).rename(f"{value}_std"), g.size().rename("seeds")], axis=1).reset_index()
+        return pd.DataFrame(columns=[*keys, value, f"{value}_std", "seeds", f"{value}_values"])
+    ordered = df.sort_values("seed", kind="stable") if "seed" in df else df
+    g = ordered.groupby(keys, sort=False)[value]
+    values = g.apply(lambda v: [float(x) for x in v]).rename(f"{value}_values")
+    return pd.concat([g.mean(), g.std(ddof=0).rename(f"{value}_std"), g.size().rename("seeds"), values],
+                     axis=1).reset_index()
 
 
 def accuracy_stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Accuracy (%) per `keys`: mean, spread, seeds, median and the seeds stuck far below the median."""
+    """Accuracy (%) per `keys`: mean, spread, seeds, the per-seed values (`acc_values`), median and the seeds stuck
+    far below the median."""
     df = df.assign(acc=df["eval_acc"].astype(float) * 100)
     out = mean_by(df, keys, "acc")
     if df.empty:

@@ -42,7 +42,7 @@ BEYOND_RELATED = {
 }
 BEYOND_COLUMNS = ["task", "variant", "metric", "value", "std", "seeds", "paper_related"]
 SOURCE_COLUMNS = ["table", "run", "task", "variant"]  # which runs each table read (tables_with_sources)
-ACCURACY_COLUMNS = ["task", "variant", "accuracy", "std", "median", "seeds", "stuck"]
+ACCURACY_COLUMNS = ["task", "variant", "accuracy", "std", "median", "seeds", "stuck", "values"]  # values: per seed
 
 
 # --------------------------------------------------------------------------- the tables together
@@ -56,11 +56,11 @@ def build_tables(runs_dir: str | Path | None = None, *, runs: pd.DataFrame | Non
     return tables_with_sources(runs, runs_dir)[0]
 
 
-def tables_with_sources(runs: pd.DataFrame,
-                        runs_dir: str | Path | None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+def tables_with_sources(runs: pd.DataFrame, runs_dir: str | Path | None,
+                        fallback: bool = True) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     """The report's tables from `runs`, and the runs each table read (SOURCE_COLUMNS, `run` relative to the
-    runs folder as in the runs table)."""
-    tables, sources = _build(runs, None if runs_dir is None else Path(runs_dir))
+    runs folder as in the runs table). fallback=False: a table reads only its own study's runs."""
+    tables, sources = _build(runs, None if runs_dir is None else Path(runs_dir), fallback)
     return {name: in_variant_order(df) for name, df in tables.items()}, sources
 
 
@@ -171,7 +171,7 @@ def _eval_items(run: Any) -> int | None:
 def _accuracy_rows(runs: pd.DataFrame, paper: dict[str, float] | None) -> list[dict[str, Any]]:
     """Per variant and task setting, accuracy over seeds (ACCURACY_COLUMNS) and the paper's number."""
     return [{"task": r.task_label, "variant": r.variant, "accuracy": r.acc, "std": r.acc_std, "median": r.median,
-             "seeds": r.seeds, "stuck": r.stuck, "paper": (paper or {}).get(r.variant)}
+             "seeds": r.seeds, "stuck": r.stuck, "values": r.acc_values, "paper": (paper or {}).get(r.variant)}
             for r in accuracy_stats(runs, ["variant", "task_label"]).itertuples()]
 
 
@@ -221,7 +221,7 @@ def memorize_regimes(per_size: pd.DataFrame) -> pd.DataFrame:
     paper's Table 4, at the largest n that standard stores completely (mean accuracy >= FULL_ACCURACY);
     "capacity", at the largest n trained (finding 4 checks that the models ran out of capacity there)."""
     columns = ["regime", "variant", "n", "bits_per_trainable_param", "bits_per_trainable_param_std", "seeds",
-               "accuracy", "paper"]
+               "accuracy", "paper", "bits_per_trainable_param_values"]
     if per_size.empty:
         return pd.DataFrame(columns=columns)
     standard = per_size[per_size["variant"] == "standard"].groupby("n")["accuracy"].mean()
@@ -241,21 +241,25 @@ def memorize_regimes(per_size: pd.DataFrame) -> pd.DataFrame:
 def _table6(depth: pd.DataFrame) -> pd.DataFrame:
     """Table 6: addition accuracy against depth."""
     return accuracy_stats(depth, ["variant", "n_layers", "d_model", "n_heads", "steps"]).rename(
-        columns={"acc": "accuracy", "acc_std": "std"})
+        columns={"acc": "accuracy", "acc_std": "std", "acc_values": "values"})
 
 
 def _table7(signal_path: Path | None) -> pd.DataFrame:
-    """Table 7: token covariance and cosine at the last layer against depth, at initialisation (signal stage)."""
+    """Table 7: token covariance and cosine at the last layer against depth, at initialisation (signal stage), with
+    the covariance's spread over seeds (covariance_std, n_seeds) where the stage recorded it."""
     columns = ["variant", "d_model", "depth", "covariance", "cosine"]
     if signal_path is None or not signal_path.is_file():
         return pd.DataFrame(columns=columns)
     sig = pd.read_csv(signal_path)
+    columns += [c for c in ("covariance_std", "n_seeds") if c in sig]
     return sig[sig["layer"] == sig["depth"]][columns].reset_index(drop=True)
 
 
 def _induction_row(run: Any) -> dict[str, Any] | None:
     """One analysed run's induction row (INDUCTION_COLUMNS), or None when its analysis has neither score."""
-    summary = ((read_analysis(run.path) if isinstance(run.path, str) else None) or {}).get("summary") or {}
+    given = getattr(run, "analysis", None)  # a tuning record's row carries its analysis summaries
+    summary = (given if isinstance(given, dict) else
+               ((read_analysis(run.path) if isinstance(run.path, str) else None) or {}).get("summary") or {})
     heads, aligned = summary.get("heads"), summary.get("task_induction")
     if not heads and not aligned:
         return None
@@ -274,15 +278,16 @@ def _induction_row(run: Any) -> dict[str, Any] | None:
 
 
 def _induction(khop: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Induction heads per variant (k-hop runs preferred): the task-aligned score of the best head on the task's
+    """Induction heads per run (k-hop runs preferred): the task-aligned score of each run's best head on the task's
     own inputs, its chance levels and what ablating it costs; the repeated-token score as context."""
     rows = [row for r in (khop if len(khop) else finished(runs)).itertuples() if (row := _induction_row(r))]
     ind = pd.DataFrame(rows, columns=INDUCTION_COLUMNS)
     if len(ind):
-        # The best run per variant: by the task-aligned score where there is one, else the repeated-token score.
+        # Every seed's run, each variant's best first: by the task-aligned score where there is one, else the
+        # repeated-token score (finding 6 reads every seed; the first row of a variant is its best).
         ind = ind.assign(_has_task=ind["task_score"].notna())
         ind = ind.sort_values(["_has_task", "task_score", "repeat_score"], ascending=False, na_position="last")
-        ind = ind.drop_duplicates("variant").drop(columns="_has_task").reset_index(drop=True)
+        ind = ind.drop(columns="_has_task").reset_index(drop=True)
     return ind
 
 
@@ -310,5 +315,9 @@ def _speed(speed_path: Path | None) -> pd.DataFrame:
     # The spread of that saving over the stage's repeats (speed files written before it existed: unknown).
     sp["faster_pct_spread"] = 100 * sp["relative_spread"] if "relative_spread" in sp else float("nan")
     sp["paper_faster_pct"] = sp["variant"].map(PAPER["speed_faster_pct"])
+    # Each timed block's saving (files written before it was recorded: none, and no interval)
+    per_block = sp["relative_per_block"] if "relative_per_block" in sp else pd.Series([""] * len(sp))
+    sp["faster_pct_values"] = [[] if pd.isna(v) else [-100 * float(x) for x in str(v).split()] for v in per_block]
     return sp[["variant", "d_model", "n_layers", "seq_len", "batch_size", "device", "params_trainable",
-               "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread", "paper_faster_pct"]]
+               "params_frozen", "tokens_per_s", "ms_per_sample", "faster_pct", "faster_pct_spread", "paper_faster_pct",
+               "faster_pct_values"]]

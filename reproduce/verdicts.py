@@ -23,6 +23,7 @@ from .findings import FINDINGS
 # text of a finding of one part (one of several names its parts, verdict_text).
 VERDICTS = {
     "holds": "holds",
+    "inconclusive": "undecided at these seeds: an interval straddles its threshold",
     "agrees": "does not hold at this size; the authors' code agrees",
     "reproduction_failure": "does not hold while the authors' code does: a reproduction failure",
     "no_reference": "does not hold; no reference at these settings",
@@ -31,9 +32,12 @@ VERDICTS = {
 
 
 def overall(claims: list[Claim]) -> bool | None:
-    """False if any part fails, True if any holds and none fails, None if nothing was measured."""
+    """False if any part fails; None if a part is undecided (an interval straddles its threshold) or nothing was
+    measured; True if a part holds and none fails or is undecided."""
     if any(c.holds is False for c in claims):
         return False
+    if any(c.undecided for c in claims):
+        return None
     return True if any(c.holds for c in claims) else None
 
 
@@ -41,7 +45,7 @@ def verdict_of(ours: list[Claim], theirs: list[Claim] | None) -> str:
     """One of VERDICTS' keys: each failing part is paired with the reference's part of the same name."""
     holds = overall(ours)
     if holds is None:
-        return "not_measured"
+        return "inconclusive" if any(c.undecided for c in ours) else "not_measured"
     if holds:
         return "holds"
     ref = {c.name: c.holds for c in theirs or []}
@@ -56,24 +60,30 @@ def verdict_text(ours: list[Claim], theirs: list[Claim] | None, labels: dict[str
     covers (`labels`: a part's key -> its name in prose), e.g. "does not hold: the authors' code agrees on Dyck
     and modular addition; memorize and sentiment have no reference"."""
     verdict = verdict_of(ours, theirs)
-    if verdict in ("holds", "not_measured") or len(ours) < 2:
+    if verdict == "inconclusive" and len(ours) >= 2:
+        open_parts = join_and([(labels or {}).get(c.name, c.name) for c in ours if c.undecided])
+        return f"{VERDICTS[verdict]} ({open_parts})"
+    if verdict in ("holds", "not_measured", "inconclusive") or len(ours) < 2:
         return VERDICTS[verdict]
     ref = {c.name: c.holds for c in theirs or []}
+    undecided = {c.name for c in theirs or [] if c.undecided}
     failing = [c.name for c in ours if c.holds is False]
 
-    def named(holds: bool | None) -> str:
-        keys = [k for k in failing if ref.get(k) is holds]
+    def named(holds: bool | None, open_: bool = False) -> str:
+        keys = [k for k in failing if ref.get(k) is holds and (k in undecided) == open_]
         return join_and([(labels or {}).get(k, k) for k in keys]) if keys else ""
 
-    contradicted, agreed, unreferenced = named(True), named(False), named(None)
+    contradicted, agreed, unreferenced, open_ref = named(True), named(False), named(None), named(None, True)
     clauses = []
     if contradicted:
         clauses.append(f"the authors' code holds on {contradicted} (a reproduction failure)"
                        + (f" and agrees on {agreed}" if agreed else ""))
     elif agreed:
         clauses.append(f"the authors' code agrees on {agreed}")
+    if open_ref:
+        clauses.append(f"the authors' code is undecided on {open_ref} at its seeds")
     if unreferenced:
-        many = sum(ref.get(k) is None for k in failing) > 1
+        many = sum(ref.get(k) is None and k not in undecided for k in failing) > 1
         clauses.append(f"{unreferenced} {'have' if many else 'has'} no reference")
     head = "does not hold at this size" if verdict == "agrees" else "does not hold"
     return f"{head}: " + "; ".join(clauses)
@@ -83,13 +93,14 @@ def part_rows(parts: tuple[Part, ...], ours: list[Claim], theirs: list[Claim] | 
     """Per part: its name, our numbers and whether they hold, the reference's (None where it measured nothing)
     and whether the authors' code reaches the same outcome (None unless both sides are measured)."""
     mine = {c.name: c for c in ours}
-    ref = {c.name: c for c in theirs or [] if c.holds is not None}
+    ref = {c.name: c for c in theirs or [] if c.holds is not None or c.undecided}
     rows = []
     for part in parts:
         claim, their = mine.get(part.key), ref.get(part.key)
         holds = None if claim is None else claim.holds
         rows.append({"part": part.label, "key": part.key, "ours": None if claim is None else claim.text,
-                     "holds": holds, "reference": None if their is None else their.text,
+                     "holds": holds, "undecided": bool(claim is not None and claim.undecided),
+                     "reference": None if their is None else their.text,
                      "reference_holds": None if their is None else their.holds,
                      "agrees": None if holds is None or their is None else holds == their.holds})
     return rows
@@ -116,7 +127,7 @@ def judge(finding: Finding, tables: dict[str, pd.DataFrame], reference: dict[str
     """One finding's row of the report: criterion, our numbers, the reference's, the verdict, its parts and runs."""
     ours = finding.check(tables)
     theirs = finding.check(reference) if reference is not None else None
-    measured = [c for c in theirs or [] if c.holds is not None]
+    measured = [c for c in theirs or [] if c.holds is not None or c.undecided]
     parts = finding.parts()
     labels = {p.key: p.label for p in parts}
     return {"finding": finding.title, "criterion": finding.criterion(), "ours": "; ".join(c.text for c in ours),

@@ -163,6 +163,7 @@ FILE_NAME_OWNERS = {
     "training/tasks/cache.py": "the token cache's own files, in the folder it is passed",
     "training/precision.py": "the machine's bf16 speed cache, outside any run",
     "reproduce/reference.py": "the authors' recorded runs, a data file of the package",
+    "reproduce/tuning.py": "the presets' recorded tunings, data files of the package (reproduce/tuning/)",
     "reproduce/report.py": "the report folder (report.md, findings.json, its tables)",
 }
 # Literals that are not a file this code names: the suffix of a file the user gives.

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import authors_classifier as ac  # noqa: E402
 import authors_reference as ar  # noqa: E402
 from reproduce.preset import Preset, load_preset  # noqa: E402
 
@@ -281,7 +282,7 @@ def test_their_classifier_gets_our_tokenizer_and_split(tmp_path, monkeypatch):
     corpus.write_text("\n".join(lines) + "\n")
     run = {"task_params": {"seq_len": 8, "vocab_size": 300}}
     inputs = tmp_path / "inputs.json"
-    inputs.write_text(json.dumps(ar.sentiment_inputs(run, [str(corpus)])))
+    inputs.write_text(json.dumps(ac.sentiment_inputs(run, [str(corpus)])))
     monkeypatch.setattr(datasets, "load_dataset", datasets.load_dataset)  # restored after the test
     monkeypatch.setattr(torch.cuda, "is_available", torch.cuda.is_available)
     pins, got = authors_runner._classifier_inputs(str(inputs))
@@ -315,3 +316,17 @@ def test_seed_init_gives_their_memorization_an_initialisation_per_seed(preset, t
     with pytest.raises(SystemExit, match="a control, not the reference"):
         ar.main([*common, "--study", "memorize"])
     assert ar.main([*common, "--study", "memorize", "--out", str(tmp_path / "c.json")]) == 0
+
+
+def test_their_default_schedule_passes_no_warmup_and_records_their_scripts_own(preset):
+    """--schedule authors: their scripts at their own warmup (the module globals, or utils.py's rule for the
+    classifier), recorded as schedule 'authors', so that the report sets them beside ours."""
+    for study, script_warmup in (("algorithmic", 300), ("modadd", 50), ("memorize", 500)):
+        run = ar.study_runs(preset, study, variants=["standard"], seeds=[0], schedule="authors")[0]
+        assert run["schedule"] == "authors" and run["warmup_steps"] == script_warmup
+        assert not any(a.startswith("--warmup_steps") for a in ar.translate(run)["argv"])
+        ours = ar.study_runs(preset, study, variants=["standard"], seeds=[0])[0]
+        assert ours["schedule"] == "ours" and f"--warmup_steps={ours['warmup_steps']}" in ar.translate(ours)["argv"]
+    from authors_flags import their_default_warmup
+
+    assert their_default_warmup("trainer_classifier.py", 300) == 500 and their_default_warmup("trainer.py", 20000) == 800

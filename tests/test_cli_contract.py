@@ -51,7 +51,8 @@ def mixit(request, monkeypatch, capsys):
 
 def _stale_run(tmp: Path) -> Path:
     """A runs folder holding the smoke preset's first run trained with other settings (more steps)."""
-    from reproduce.pipeline import TextChoice, load_preset, preset_runs
+    from reproduce.corpora import TextChoice
+    from reproduce.pipeline import load_preset, preset_runs
 
     skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
     name, cfg = preset_runs(load_preset("smoke"), skipped)[0]

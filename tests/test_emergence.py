@@ -14,7 +14,8 @@ from figures import FIGURE_NAMES, FIGURES, figures_for_group, make_all
 from figures.common import NoData
 from reproduce.emergence import (FINDINGS, PAPER_MEMORIZE_BITS, PAPER_SENTIMENT, TABLE_NAMES, emergence_section,
                                  emergence_tables, gap_sentence, trend_word)
-from reproduce.pipeline import TextChoice, preset_runs
+from reproduce.corpora import TextChoice
+from reproduce.pipeline import preset_runs
 from reproduce.preset import load_preset
 from training.rundir import group_of
 
@@ -183,7 +184,7 @@ def test_the_sentences_say_whether_each_gap_shrinks_or_grows(scale_dir):
     assert "steps goes from 1,000 to 4,000" in dyck and "+5.0 → +1.0" in dyck
     # ... and both together, from the quick preset's corner to the far one: 20 -> 1 point.
     assert dyck.startswith("From max_pairs 8, 1,000 steps to max_pairs 16, 4,000 steps, standard − MixiT shrinks "
-                           "(+20.0 → +1.0 points)")
+                           "(+20.0 → +1.0 points; the change -19.0 [")  # with its 95% interval over the seeds
     assert dyck.count("shrinks") == 3 and "grows" not in dyck
 
     sent = gap_sentence("scale_sentiment", t["scale_sentiment"])
@@ -193,7 +194,7 @@ def test_the_sentences_say_whether_each_gap_shrinks_or_grows(scale_dir):
 
     mem = gap_sentence("scale_memorize", t["scale_memorize"])
     # standard - MixiT: 0.9 - 1.1 = -0.2 bits at width 16, 0.3 - 0.4 = -0.1 at width 32: grows (toward the paper's +0.80).
-    assert "grows (-0.20 → -0.10 bits per trainable parameter, toward the paper's +0.80)" in mem
+    assert "grows (-0.20 → -0.10 bits per trainable parameter, toward the paper's +0.80; the change +0.10 [" in mem
     assert "width 16: frozen_mlp > MixiT > frozen_qk > standard" in mem and "stores every key" in mem
 
     depth = gap_sentence("scale_depth", t["scale_depth"])

@@ -134,9 +134,9 @@ def test_a_run_file_linked_to_outside_is_not_read(explorer_runs, tmp_path):
 
 def test_each_figure_declares_the_groups_it_draws():
     assert figures_for_group("retrieval") == ["task_accuracy", "retrieval_pairs", "attention_maps", "dynamics",
-                                              "components"]
-    assert figures_for_group("khop") == ["task_accuracy", "induction_heads", "dynamics", "components"]
-    assert figures_for_group("lm") == ["lm_curves"] and figures_for_group("nope") == []
+                                              "components", "lr_retrieval"]
+    assert figures_for_group("khop") == ["task_accuracy", "induction_heads", "dynamics", "components", "lr_retrieval"]
+    assert figures_for_group("lm") == ["lm_curves", "lr_lm"] and figures_for_group("nope") == []
     assert set(figures_for_group(None)) == set(FIGURE_NAMES)
     assert not any(figures_for_group(g) for g in ("signal", "speed"))  # drawn from the folder, not from runs
 

@@ -100,6 +100,7 @@ def runs_dir(tmp_path_factory) -> Path:
         (root / "signal").mkdir()
         signal_propagation(variants=("standard", "random", "mixit"), depths=(1, 2), widths=(16,), n_heads=2,
                            n_ctx=8, d_vocab=16, n_seqs=2, seeds=(0,)).to_csv(root / "signal" / "signal.csv", index=False)
+        _tuning_record(root, sentences, text)
         (root / "speed").mkdir()
         measure_throughput(["standard", "mixit"], d_model=16, n_layers=1, n_heads=2, seq_len=8, batch_size=4,
                            vocab=16, steps=1, repeats=1, warmup=0, device="cpu").to_csv(root / "speed" / "speed.csv",
@@ -107,6 +108,36 @@ def runs_dir(tmp_path_factory) -> Path:
     finally:
         torch.set_num_threads(before)
     return root
+
+
+# The tuning record of the runs folder (training.tuning): each (study, task, params, variant, size) at three learning
+# rates, the final metric falling off away from 3e-3 (lines of the lr_* figures); only 3e-3 is trained above.
+GRID_LRS = (1e-3, 3e-3, 1e-2)
+
+
+def _tuning_record(root: Path, sentences: Path, text: Path) -> None:
+    from training.rundir import TUNING_FILE
+    from training.tuning import Tuning
+
+    settings = [("retrieval", "retrieval", {"pairs": 3, "num_values": 4}, v, 2) for v in ("frozen_qk", "mixit")]
+    settings += [("khop", "khop", {"hops": 1, "length": 8, "alphabet": 4}, v, 2) for v in ("standard", "mixit")]
+    settings += [("algorithmic", "addition", {"digits": 1}, v, 1) for v in ("standard", "mixit")]
+    settings += [("memorize", "memorize", {"n": n, "d": 2}, "standard", 1) for n in (2, 3)]
+    settings += [("depth", "addition", {"digits": 1}, "standard", n) for n in (1, 2)]
+    settings += [("lm", "lm", {"text_file": [str(text)], "tokenizer": "byte", "seq_len": 16}, v, 1)
+                 for v in ("standard", "mixit")]
+    runs = []
+    for study, task, params, variant, layers in settings:
+        for lr in GRID_LRS:
+            cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=layers, n_heads=2,
+                              seed=0, steps=8, batch_size=16, lr=lr, eval_every=4, eval_samples=32)
+            off = abs(np.log10(lr / 3e-3))
+            summary = {"status": "finished", "eval_acc": 0.9 - 0.3 * off, "eval_loss": 2.0 + off, "tune_acc": 0.9 - 0.3 * off,
+                       "tune_loss": 2.0 + off}
+            analysis = {"summary": {"memory": {"bits_per_trainable_param": 1.5 - 0.2 * off, "accuracy": 0.5}}}
+            runs.append(Tuning.entry(study, f"{study}/{task}-{variant}-{layers}-{lr:g}", cfg, summary,
+                                     analysis if task == "memorize" else None))
+    Tuning(runs=runs).write(root / TUNING_FILE)
 
 
 @pytest.fixture(scope="module")
@@ -305,11 +336,13 @@ def test_measure_throughput_has_the_speed_csv_columns():
                             vocab=8, steps=1, repeats=1, warmup=0, device="cpu")
     assert list(df.columns) == SPEED_COLUMNS == [
         "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-        "relative_to_standard", "relative_spread", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device"]
+        "relative_to_standard", "relative_spread", "relative_per_block", "d_model", "n_layers", "n_heads", "seq_len",
+        "batch_size", "device"]
     assert list(df["variant"]) == ["standard", "mixit"] and (df["tokens_per_s"] > 0).all()
     assert df.loc[0, "relative_to_standard"] == 0.0 and df.loc[0, "relative_spread"] == 0.0
     assert np.isclose(df.loc[1, "relative_to_standard"], df.loc[1, "ms_per_sample"] / df.loc[0, "ms_per_sample"] - 1)
     assert df.loc[1, "relative_spread"] == 0.0  # one turn: nothing to spread over
+    assert float(df.loc[1, "relative_per_block"]) == pytest.approx(df.loc[1, "relative_to_standard"], abs=1e-6)
     assert math.isnan(measure_throughput(["mixit"], d_model=16, n_layers=1, n_heads=2, seq_len=8, batch_size=2,
                                          vocab=8, steps=1, repeats=1, warmup=0, device="cpu")["relative_to_standard"][0])
     with pytest.raises(ValueError, match="variants"):
@@ -596,3 +629,23 @@ def test_signal_depth_keeps_near_zero_covariance_in_a_linear_band(tmp_path):
     assert ax.get_yscale() == "symlog" and ax.yaxis.get_transform().linthresh == 1e-4  # above -1.6e-5 - 3e-5
     ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
     assert ticks == [0, 1e-4, 1e-3, 1e-2, 1e-1]
+
+
+def test_learning_rate_figures_draw_the_records_grid_and_the_chosen_rates_seeds(runs):
+    """Each lr_* figure: a line per variant through the tuning record's runs (one per learning rate) and the seeds
+    trained at its chosen rate as points there."""
+    fig = figures.FIGURES["lr_retrieval"].plot(runs)
+    lines = {line.get_gid(): line for ax in fig.axes for line in ax.get_lines() if line.get_gid()}
+    mixit = lines["mixit|retrieval(num_values=4, pairs=3)"]
+    assert list(mixit.get_xdata()) == pytest.approx(GRID_LRS)
+    assert list(mixit.get_ydata()) == pytest.approx([100 * (0.9 - 0.3 * abs(np.log10(lr / 3e-3))) for lr in GRID_LRS])
+    points = {c.get_gid(): c for ax in fig.axes for c in ax.collections if c.get_gid()}
+    seeds = points["seeds|mixit|retrieval(num_values=4, pairs=3)"].get_offsets()
+    trained = runs.table.query("group == 'retrieval' and variant == 'mixit' and task_label.str.contains('pairs=3')")
+    assert seeds[:, 0].tolist() == [3e-3] and seeds[:, 1].tolist() == pytest.approx(list(100 * trained["eval_acc"]))
+    bits = figures.FIGURES["lr_memorize"].plot(runs)
+    memorize = [line for ax in bits.axes for line in ax.get_lines() if (line.get_gid() or "").startswith("standard|")]
+    assert len(memorize) == 2 and list(memorize[0].get_ydata()) == pytest.approx([1.5 - 0.2 * abs(np.log10(lr / 3e-3))
+                                                                                 for lr in GRID_LRS])
+    with pytest.raises(NoData, match="no tuning record"):
+        figures.FIGURES["lr_lm"].plot(Runs(runs.folder / "lm"))

@@ -131,7 +131,8 @@ def test_a_sweep_field_no_model_uses_is_refused_but_one_some_use_is_kept(tmp_pat
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "reproduce" / "presets").glob("*.yaml")))
 def test_every_preset_and_example_grid_still_validates(preset):
-    from reproduce.pipeline import TextChoice, load_preset, preset_runs
+    from reproduce.corpora import TextChoice
+    from reproduce.pipeline import load_preset, preset_runs
     from training.sweep import build_grid
 
     skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}

@@ -11,9 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reproduce.pipeline import (
-    TextChoice, check_not_stale, choose_text, load_preset, preset_names, preset_runs,
-)
+from reproduce.corpora import TextChoice, choose_text
+from reproduce.pipeline import check_not_stale, load_preset, preset_names, preset_runs
 from reproduce.report import INDUCTION_COLUMNS, build_tables, check_findings, corpus_line
 from training import TrainConfig
 
@@ -138,7 +137,7 @@ def test_precision_over_the_presets_own(tmp_path, capsys):
 
 
 def test_text_corpus_choice(tmp_path, monkeypatch):
-    import reproduce.pipeline as pipeline
+    import reproduce.corpora as corpora
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("hello world\n")
@@ -148,19 +147,24 @@ def test_text_corpus_choice(tmp_path, monkeypatch):
         choose_text("lm", [str(tmp_path / "missing.txt")])
     # ../shared/data (here a stand-in folder with the same layout) comes before the Hub ...
     data = tmp_path / "shared" / "data"
-    for kind in ("lm", "sentiment"):
-        for rel in pipeline.TEXT_SOURCES[kind]["local"]:
+    for kind in ("lm", "sentiment", "sst2"):
+        for rel in (r for rels in corpora.TEXT_SOURCES[kind]["local"].values() for r in rels):
             (data / rel).parent.mkdir(parents=True, exist_ok=True)
             (data / rel).write_text("x\t1\n")
-    monkeypatch.setattr(pipeline, "_shared_data_dirs", lambda: [data])
+    monkeypatch.setattr(corpora, "_shared_data_dirs", lambda: [data])
     local = choose_text("sentiment", None, hub_check=_no_hub)
     assert local.params == {"text_file": [str(data / "sentiment-sentences" / "yelp_labelled.txt")]}
     assert "../shared/data/sentiment-sentences/yelp_labelled.txt" in local.note and "1,000 Yelp" in local.note
+    sst2 = choose_text("sst2", None, hub_check=_no_hub)  # trains on train.tsv, reports on dev.tsv
+    assert sst2.params == {"text_file": [str(data / "sst-2" / "train.tsv")], "test_file": [str(data / "sst-2" / "dev.tsv")]}
+    assert choose_text("sst2", [str(data / "sst-2")]).params == sst2.params  # --sst2-dir: the folder
+    with pytest.raises(ValueError, match="one folder holding train.tsv and dev.tsv"):
+        choose_text("sst2", [str(data)])
     # ... and the Hub's small fixed datasets come last (never WikiText-103 or all of yelp_polarity).
-    monkeypatch.setattr(pipeline, "_shared_data_dirs", lambda: [])
+    monkeypatch.setattr(corpora, "_shared_data_dirs", lambda: [])
     asked = []
-    hub = {kind: choose_text(kind, None, hub_check=asked.append) for kind in ("lm", "sentiment")}
-    assert asked == ["wikitext-2-v1-valid-test", "yelp_polarity-1k"]
+    hub = {kind: choose_text(kind, None, hub_check=asked.append) for kind in ("lm", "sentiment", "sst2")}
+    assert asked == ["wikitext-2-v1-valid-test", "yelp_polarity-1k", "sst2"]
     assert hub["lm"].params == {"dataset": "wikitext-2-v1-valid-test"} and "WikiText-2" in hub["lm"].note
     assert hub["sentiment"].params == {"dataset": "yelp_polarity-1k"} and "500 per class" in hub["sentiment"].note
 
@@ -168,9 +172,9 @@ def test_text_corpus_choice(tmp_path, monkeypatch):
 def test_hub_fallbacks_are_small_and_fixed():
     from training.tasks.hub import HUB_DATASETS
 
-    import reproduce.pipeline as pipeline
+    import reproduce.corpora as corpora
 
-    lm, sentiment = (HUB_DATASETS[pipeline.TEXT_SOURCES[k]["hub"]] for k in ("lm", "sentiment"))
+    lm, sentiment = (HUB_DATASETS[corpora.TEXT_SOURCES[k]["hub"]] for k in ("lm", "sentiment"))
     # The same text as ../shared/data/wikitext-2 (valid.txt + test.txt, the v1 splits), held out like those files.
     assert (lm.kind, lm.repo, lm.config, lm.splits, lm.held_out, lm.lines) == (
         "text", "Salesforce/wikitext", "wikitext-2-v1", ("validation", "test"), None, True)
@@ -180,9 +184,9 @@ def test_hub_fallbacks_are_small_and_fixed():
 
 
 def test_no_corpus_anywhere_skips_with_a_note(monkeypatch):
-    import reproduce.pipeline as pipeline
+    import reproduce.corpora as corpora
 
-    monkeypatch.setattr(pipeline, "_shared_data_dirs", lambda: [])
+    monkeypatch.setattr(corpora, "_shared_data_dirs", lambda: [])
     choice = choose_text("lm", None, hub_check=_no_hub)
     assert choice.skipped and "skipped" in choice.note and "--text-file" in choice.note
 
@@ -220,21 +224,40 @@ def test_a_report_without_paper_runs_says_so_instead_of_a_table(tmp_path):
     assert "| # | finding |" not in report
 
 
-def test_retrieval_verdict_follows_the_criterion():
-    def table(mixit):
+def _seeds(mean, spread=0.0, n=3):
+    """n per-seed values around `mean`, `spread` apart (0: every seed the same, an interval that is a point)."""
+    return [mean + spread * (i - (n - 1) / 2) for i in range(n)]
+
+
+def _acc(task, variant, values, **extra):
+    """A row of an accuracy table (reproduce.tables): mean, median and the per-seed values."""
+    values = list(values)
+    return {"task": task, "variant": variant, "accuracy": sum(values) / len(values),
+            "median": sorted(values)[len(values) // 2], "values": values, **extra}
+
+
+def test_retrieval_verdict_follows_the_criterion_on_intervals_over_seeds():
+    def table(mixit, spread=0.0):
         rows = [("standard", 100.0), ("frozen_mlp", 99.0), ("frozen_qk", 95.0), ("mixit", mixit)]
-        return pd.DataFrame([{"task": "retrieval(pairs=8)", "variant": v, "accuracy": a} for v, a in rows])
+        return pd.DataFrame([_acc("retrieval(pairs=8)", v, _seeds(a, spread if v == "mixit" else 0.0))
+                             for v, a in rows])
 
     assert check_findings(_tables(table1_retrieval=table(20.0)))[0]["holds"] is True
     assert check_findings(_tables(table1_retrieval=table(80.0)))[0]["holds"] is False
+    # frozen_qk - mixit = 35 points on the mean, but three seeds 20 points apart put the interval across 30
+    wide = check_findings(_tables(table1_retrieval=table(60.0, spread=20.0)))[0]
+    assert wide["holds"] is None and wide["verdict"] == "inconclusive" and "undecided" in wide["ours"]
+    assert "frozen_qk - mixit +35.0 [" in wide["ours"]
 
 
 def test_lm_verdict_needs_frozen_qk_closer_to_standard():
-    def table(qk):
-        return pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "log_ppl": [4.0, qk, 4.6]})
+    def table(qk, spread=0.0):
+        return pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"],
+                             "log_ppl_values": [_seeds(4.0, spread), _seeds(qk, spread), _seeds(4.6, spread)]})
 
     assert check_findings(_tables(table2_lm=table(4.1)))[1]["holds"] is True
     assert check_findings(_tables(table2_lm=table(4.4)))[1]["holds"] is False  # ordered, but not much closer
+    assert check_findings(_tables(table2_lm=table(4.1, spread=0.2)))[1]["verdict"] == "inconclusive"
 
 
 def test_report_names_the_corpus_of_each_text_table():
@@ -259,12 +282,13 @@ def _not_measured(found):
 
 def test_algorithmic_tasks_verdict():
     def table(gaps, sentiment=(80.0, 78.0), items=4000):
-        rows = [{"task": f"{task}(x=1)", "variant": v, "accuracy": a, "median": a, "eval_items": items}
+        rows = [_acc(f"{task}(x=1)", v, _seeds(a), eval_items=items)
                 for task, gap in gaps.items() for v, a in (("standard", 90.0), ("mixit", 90.0 - gap))]
         if sentiment is not None:
-            rows += [{"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a, "eval_items": None}
+            rows += [_acc("sentiment(seq_len=64)", v, _seeds(a), eval_items=None)
                      for v, a in zip(("standard", "mixit"), sentiment)]
-        return {"table3_tasks": pd.DataFrame(rows, columns=["task", "variant", "accuracy", "median", "eval_items"])}
+        return {"table3_tasks": pd.DataFrame(rows, columns=["task", "variant", "accuracy", "median", "values",
+                                                            "eval_items"])}
 
     close = {"addition": 2.0, "dyck": 5.0, "modadd": 0.0, "memorize": 1.0}
     assert _finding(table(close), 3)["holds"] is True
@@ -274,7 +298,7 @@ def test_algorithmic_tasks_verdict():
     assert _finding(table({**close, "modadd": -9.0}), 3)["holds"] is True
     # Per task: the failing task is named with its numbers, the others still shown.
     found = _finding(table({**close, "dyck": 24.5}), 3)
-    assert "dyck 90.0 vs 65.5" in found["ours"] and "addition 90.0 vs 88.0" in found["ours"]
+    assert "dyck 90.0 vs 65.5, mixit - standard -24.5" in found["ours"] and "addition 90.0 vs 88.0" in found["ours"]
     # Only what was measured counts; nothing measured is "not measured".
     partial = _finding(table({"addition": 0.0}, sentiment=None), 3)
     assert partial["holds"] is True and "dyck not measured" in partial["ours"]
@@ -284,8 +308,7 @@ def test_algorithmic_tasks_verdict():
 
 def test_algorithmic_tasks_need_a_held_out_set_and_a_memorize_set_that_can_fail():
     def table(task, standard, mixit, items):
-        rows = [{"task": f"{task}(x=1)", "variant": v, "accuracy": a, "median": a, "eval_items": items}
-                for v, a in (("standard", standard), ("mixit", mixit))]
+        rows = [_acc(f"{task}(x=1)", v, _seeds(a), eval_items=items) for v, a in (("standard", standard), ("mixit", mixit))]
         return {"table3_tasks": pd.DataFrame(rows)}
 
     # 27 held-out pairs: one pair is 3.7 points, too coarse for a 5-point margin, either way.
@@ -299,7 +322,7 @@ def test_algorithmic_tasks_need_a_held_out_set_and_a_memorize_set_that_can_fail(
     assert _finding(table("memorize", 97.0, 96.0, 4096), 3)["holds"] is True
 
 
-def test_retrieval_verdict_reads_medians_and_names_stuck_seeds(tmp_path):
+def test_a_stuck_seed_leaves_the_retrieval_verdict_undecided_and_is_named(tmp_path):
     # Three seeds per variant, standard's seed 1 stuck (as the quick preset's once was): the mean is 77.5,
     # the median 100, and the stuck seed is reported.
     rows = []
@@ -313,11 +336,13 @@ def test_retrieval_verdict_reads_medians_and_names_stuck_seeds(tmp_path):
     acc = accuracy_stats(pd.DataFrame(rows), ["variant", "task_label"]).set_index("variant")
     assert acc.loc["standard", "acc"] == pytest.approx(77.47, abs=0.01) and acc.loc["standard", "median"] == 100.0
     assert acc.loc["standard", "stuck"] == "seed 1 at 32.4%" and acc.loc["frozen_qk", "stuck"] == ""
-    t1 = acc.reset_index().rename(columns={"task_label": "task", "acc": "accuracy"})
+    assert acc.loc["standard", "acc_values"] == pytest.approx([100.0, 32.4, 100.0])  # in seed order
+    t1 = acc.reset_index().rename(columns={"task_label": "task", "acc": "accuracy", "acc_values": "values"})
     found = _finding({"table1_retrieval": t1}, 1)
-    assert found["holds"] is True and "standard seed 1 at 32.4%" in found["ours"]
-    # Two stuck seeds of three move the median: then it fails.
-    t1.loc[t1["variant"] == "standard", "median"] = 32.4
+    # Its interval (mean 77.5) reaches from far below 90 to above 100: neither held nor failed, and named.
+    assert found["holds"] is None and found["verdict"] == "inconclusive" and "standard seed 1 at 32.4%" in found["ours"]
+    # Every seed stuck: standard's interval lies below 90, and it fails.
+    t1.at[int(t1.index[t1["variant"] == "standard"][0]), "values"] = [32.4, 32.5, 32.3]
     assert _finding({"table1_retrieval": t1}, 1)["holds"] is False
 
 
@@ -355,12 +380,15 @@ def test_memorization_verdict_at_capacity():
         assert _finding(_memorize_tables(bpp=wrong), 4)["holds"] is False, wrong
 
 
-def test_memorization_standard_above_frozen_qk_only_beyond_the_seed_spread():
-    # 1.65 against 1.62 (the quick preset's numbers): ordered, but within a spread of 0.04 per variant.
+def test_memorization_standard_above_frozen_qk_only_where_its_interval_is():
+    # 1.65 against 1.62 (the quick preset's numbers): ordered, but three seeds 0.04 apart leave it undecided.
     close = {**PAPER_BPP, "standard": 1.65, "frozen_qk": 1.62, "mixit": 1.5, "frozen_mlp": 1.0}
-    found = _finding(_memorize_tables(bpp=close, seeds=(0, 1), spread=0.04), 4)
-    assert found["holds"] is False and "standard not above frozen_qk beyond the seed spread" in found["ours"]
-    assert _finding(_memorize_tables(bpp=close, seeds=(0, 1), spread=0.01), 4)["holds"] is True
+    found = _finding(_memorize_tables(bpp=close, seeds=(0, 1, 2), spread=0.04), 4)
+    assert found["holds"] is None and found["verdict"] == "inconclusive"
+    assert "standard - frozen_qk +0.030 [" in found["ours"]
+    assert _finding(_memorize_tables(bpp=close, seeds=(0, 1, 2), spread=0.001), 4)["holds"] is True
+    below = {**close, "standard": 1.5}  # standard below frozen_qk on every seed: fails
+    assert _finding(_memorize_tables(bpp=below, seeds=(0, 1, 2), spread=0.001), 4)["holds"] is False
 
 
 def test_memorization_in_the_paper_regime():
@@ -415,7 +443,7 @@ def test_memorization_not_measured_without_every_variant():
 
 def test_depth_verdict():
     def tables(random_deep=30.0, mixit_deep=95.0, random_growth=20.0, mixit_growth=1.5):
-        t6 = pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a} for v, n, a in
+        t6 = pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a, "values": _seeds(a)} for v, n, a in
                            (("random", 2, 80.0), ("random", 6, random_deep), ("mixit", 2, 100.0), ("mixit", 6, mixit_deep))])
         t7 = pd.DataFrame([{"variant": v, "d_model": 128, "depth": d, "covariance": c, "cosine": 0.5} for v, g in
                            (("random", random_growth), ("mixit", mixit_growth)) for d, c in ((2, 0.01), (32, 0.01 * g))])
@@ -438,6 +466,14 @@ def test_depth_verdict():
     found = _finding(with_control, 5)
     assert found["holds"] is False and "mixit (with sink heads, as the authors' model) x6.0" in found["ours"]
     assert "(mixit, no sink: covariance 3e-05 -> -2e-05)" in found["ours"]
+    # Random's loss read on its interval: seeds 30 points apart at 6 layers put a 50-point mean across 30.
+    wide = tables()
+    wide["table6_depth"].at[1, "values"] = _seeds(30.0, 30.0)
+    assert _finding(wide, 5)["verdict"] == "inconclusive"
+    # The growth's interval from the signal stage's spread over its seeds
+    spread = tables(random_growth=12.0)
+    spread["table7_signal"] = spread["table7_signal"].assign(covariance_std=[0.0, 0.05, 0.0, 0.0], n_seeds=3)
+    assert _finding(spread, 5)["verdict"] == "inconclusive" and "random x12.0 [" in _finding(spread, 5)["ours"]
 
 
 def _induction(qk=None, mixit=None, standard=None):
@@ -455,8 +491,14 @@ def _induction(qk=None, mixit=None, standard=None):
 def test_induction_verdict_on_task_aligned_scores():
     found = _finding(_induction(), 6)
     assert found["holds"] is True
-    assert "frozen_qk L1H2 0.500 (chance 0.040, shuffled sources 0.100, ablating it costs 25.0 points)" in found["ours"]
+    assert ("over 1 frozen_qk seed(s) (best L1H2, 0.500): score / chance 12.50 (one seed), score - chance +0.460 "
+            "(one seed), score - shuffled sources +0.400 (one seed), ablating it costs 25.0 (one seed) points") in found["ours"]
     assert "repeated tokens: frozen_qk 0.30" in found["ours"]
+    # Over seeds: one seed's head that ablating costs nothing leaves the cost's interval across 10 points.
+    seeds = _induction()["induction"]
+    seeds = pd.concat([seeds, seeds.iloc[:1].assign(run="khop/y", ablation_drop=2.0),
+                       seeds.iloc[:1].assign(run="khop/z", ablation_drop=24.0)], ignore_index=True)
+    assert _finding({"induction": seeds}, 6)["verdict"] == "inconclusive"
     failing = {
         "at 3x chance but not chance + 0.1": {"task_score": 0.13, "task_shuffled": 0.0},
         "chance + 0.1 but not 3x chance": {"task_score": 0.5, "task_chance": 0.2, "task_shuffled": 0.0},
@@ -483,23 +525,23 @@ def test_induction_not_measured_without_task_aligned_data():
 
 
 def test_speed_verdict():
-    def table(qk, mixit, spread=2.0):
+    def table(qk, mixit, spread=0.5):
         return {"speed": pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "faster_pct": [0.0, qk, mixit],
-                                       "faster_pct_spread": [0.0, spread, spread]})}
+                                       "faster_pct_values": [[], _seeds(qk, spread), _seeds(mixit, spread)]})}
 
     assert _finding(table(20.0, 30.0), 7)["holds"] is True
     assert _finding(table(20.0, -3.0), 7)["holds"] is False
-    assert _finding(table(0.0, 30.0), 7)["holds"] is False  # as fast is not faster
-    # A saving inside the spread of the stage's own repeats is noise, not a finding.
+    assert _finding(table(0.0, 30.0, spread=0.0), 7)["holds"] is False  # as fast is not faster
+    # A saving whose interval over the stage's own timed blocks reaches 0 is noise, not a finding.
     noisy = _finding(table(9.7, 30.0, spread=12.0), 7)
-    assert noisy["holds"] is False and "frozen_qk 9.7% faster: within noise (spread over repeats 12.0)" in noisy["ours"]
-    assert _finding(table(12.5, 30.0, spread=12.0), 7)["holds"] is True
+    assert noisy["verdict"] == "inconclusive" and "frozen_qk saves +9.7 [" in noisy["ours"]
+    assert _finding(table(40.0, 30.0, spread=12.0), 7)["holds"] is True
     # Only what was measured counts (as for the other findings), and the missing variant is named.
     partial = _finding({"speed": table(20.0, 30.0)["speed"].iloc[:2]}, 7)
     assert partial["holds"] is True and "mixit not measured (speed measurement missing)" in partial["ours"]
     assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].iloc[:1]}, 7))
-    # A speed table written before the spread was recorded is not judged on the saving alone.
-    assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].drop(columns="faster_pct_spread")}, 7))
+    # A speed table written before the timed blocks were recorded is not judged on the saving alone.
+    assert _not_measured(_finding({"speed": table(20.0, 30.0)["speed"].drop(columns="faster_pct_values")}, 7))
 
 
 def test_induction_table_reads_the_task_aligned_summary(tmp_path):
@@ -520,8 +562,10 @@ def test_induction_table_reads_the_task_aligned_summary(tmp_path):
     run("qk-0", "frozen_qk", {"heads": heads, "task_induction": aligned(0.3, 0.2)})
     run("qk-1", "frozen_qk", {"heads": heads, "task_induction": aligned(0.6, 0.25)})
     run("mixit", "mixit", {"heads": heads})
-    ind = build_tables(tmp_path)["induction"].set_index("variant")
-    assert list(ind.reset_index().columns) == INDUCTION_COLUMNS
+    table = build_tables(tmp_path)["induction"]
+    assert list(table.columns) == INDUCTION_COLUMNS
+    assert list(table.loc[table["variant"] == "frozen_qk", "run"]) == ["khop/qk-1", "khop/qk-0"]  # every seed, best first
+    ind = table.drop_duplicates("variant").set_index("variant")
     qk = ind.loc["frozen_qk"]
     assert qk["run"] == "khop/qk-1" and qk["task_score"] == 0.6 and qk["ablation_drop"] == pytest.approx(25.0)
     assert qk["task_head"] == "L1H2" and qk["repeat_head"] == "L0H1" and qk["repeat_chance"] == 0.14
@@ -531,8 +575,7 @@ def test_induction_table_reads_the_task_aligned_summary(tmp_path):
 
 # --------------------------------------------------------------------------- verdicts against the authors' code
 def _dyck(standard, mixit):
-    rows = [{"task": "dyck(max_pairs=8)", "variant": v, "accuracy": a, "median": a, "eval_items": 4000}
-            for v, a in (("standard", standard), ("mixit", mixit))]
+    rows = [_acc("dyck(max_pairs=8)", v, _seeds(a), eval_items=4000) for v, a in (("standard", standard), ("mixit", mixit))]
     return _tables(table3_tasks=pd.DataFrame(rows))
 
 
@@ -548,7 +591,7 @@ def test_each_verdict_category_both_ways():
     # They fail, and the authors' code at the same settings fails too: the claim does not show at this size.
     agrees = verdict(failing, _dyck(100.0, 64.4))
     assert agrees["verdict"] == "agrees" and agrees["holds"] is False
-    assert agrees["reference"] == "dyck 100.0 vs 64.4"  # the reference's measured parts, with its numbers
+    assert agrees["reference"].startswith("dyck 100.0 vs 64.4, mixit - standard -35.6")  # its measured parts, numbers
     assert agrees["verdict_text"] == "does not hold at this size: the authors' code agrees on Dyck"
     # They fail while the authors' code holds: a reproduction failure, named as such.
     failure = verdict(failing, _dyck(100.0, 97.0))
@@ -566,15 +609,15 @@ def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreem
 
     ours = _dyck(90.5, 66.0)
     ours["table3_tasks"] = pd.concat([ours["table3_tasks"], pd.DataFrame([
-        {"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a} for v, a in
-        (("standard", 78.5), ("mixit", 54.5))])], ignore_index=True)
+        _acc("sentiment(seq_len=64)", v, _seeds(a)) for v, a in (("standard", 78.5), ("mixit", 54.5))])],
+        ignore_index=True)
     found = check(ours, _dyck(100.0, 64.4))[2]
     assert found["verdict"] == "no_reference"  # sentiment fails with no reference
     assert found["verdict_text"] == "does not hold: the authors' code agrees on Dyck; sentiment has no reference"
     theirs = _dyck(100.0, 64.4)
     theirs["table3_tasks"] = pd.concat([theirs["table3_tasks"], pd.DataFrame([
-        {"task": "sentiment(seq_len=64)", "variant": v, "accuracy": a, "median": a} for v, a in
-        (("standard", 80.0), ("mixit", 79.0))])], ignore_index=True)
+        _acc("sentiment(seq_len=64)", v, _seeds(a)) for v, a in (("standard", 80.0), ("mixit", 79.0))])],
+        ignore_index=True)
     failure = check(ours, theirs)[2]
     assert failure["verdict"] == "reproduction_failure"  # theirs holds on sentiment
     assert failure["verdict_text"] == ("does not hold: the authors' code holds on sentiment (a reproduction failure) "
@@ -583,7 +626,7 @@ def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreem
 
 def _table3(gaps, items=4000):
     """Table 3 rows: per task, standard at 90% and mixit `gap` points below (medians)."""
-    return pd.DataFrame([{"task": f"{task}(x=1)", "variant": v, "accuracy": a, "median": a, "eval_items": items}
+    return pd.DataFrame([_acc(f"{task}(x=1)", v, _seeds(a), eval_items=items)
                          for task, gap in gaps.items() for v, a in (("standard", 90.0), ("mixit", 90.0 - gap))])
 
 
@@ -600,7 +643,8 @@ def test_a_verdict_says_each_case_once_naming_its_parts():
     # Per part, the two sides and whether they agree: the Study page's rows.
     parts = {p["key"]: p for p in found["parts"]}
     assert [p["part"] for p in found["parts"]] == ["addition", "Dyck", "modular addition", "memorize", "sentiment"]
-    assert parts["dyck"]["ours"] == "dyck 90.0 vs 65.0" and parts["dyck"]["reference"] == "dyck 90.0 vs 72.0"
+    assert parts["dyck"]["ours"].startswith("dyck 90.0 vs 65.0, mixit - standard -25.0")
+    assert parts["dyck"]["reference"].startswith("dyck 90.0 vs 72.0")
     assert (parts["dyck"]["holds"], parts["dyck"]["agrees"]) == (False, True)
     assert parts["sentiment"]["reference"] is None and parts["sentiment"]["agrees"] is None
     assert parts["addition"]["holds"] is True and parts["addition"]["agrees"] is None  # no reference for it
@@ -615,7 +659,7 @@ def test_a_verdict_says_each_case_once_naming_its_parts():
     alone = check_findings(ours, None)[2]
     assert alone["verdict_text"] == "does not hold: Dyck, modular addition, memorize and sentiment have no reference"
     # A finding of one part keeps the one-phrase verdict.
-    lm = pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "log_ppl": [4.0, 4.4, 4.6]})
+    lm = pd.DataFrame({"variant": ["standard", "frozen_qk", "mixit"], "log_ppl_values": [[4.0], [4.4], [4.6]]})
     assert check_findings(_tables(table2_lm=lm))[1]["verdict_text"] == "does not hold; no reference at these settings"
 
 
@@ -637,14 +681,14 @@ def test_thresholds_are_named_data_and_the_criterion_is_generated_from_them():
 
     assert [f.title for f in FINDINGS][0] == "Retrieval needs learned attention (Table 1)" and len(FINDINGS) == 7
     three = FINDINGS[2]
-    assert isinstance(three, AlgorithmicFinding) and "mixit >= standard - 5 points" in three.criterion()
+    assert isinstance(three, AlgorithmicFinding) and "mixit - standard >= -5 points" in three.criterion()
     assert "only with >= 100 held-out items, and a memorize set only where" in three.criterion()
     # One threshold, changed in one place, moves the verdict and the criterion's text together.
     tables = _tables(table3_tasks=_table3({"dyck": 6.0}))
     assert overall_of(three, tables) is False
     wider = replace(three, margin=10.0)
-    assert overall_of(wider, tables) is True and "mixit >= standard - 10 points" in wider.criterion()
-    assert "within 10 points of standard" in FINDINGS[0].criterion()
+    assert overall_of(wider, tables) is True and "mixit - standard >= -10 points" in wider.criterion()
+    assert "frozen_qk - standard >= -10 points" in FINDINGS[0].criterion()
     induction = InductionFinding(min_drop=30.0)
     assert "costs >= 30 points" in induction.criterion() and overall_of(induction, _induction()) is False
     assert {f.name for f in fields(InductionFinding)} == {"min_ratio", "min_margin", "min_drop", "mixit_max_ratio"}
@@ -659,7 +703,7 @@ def overall_of(finding, tables):
 def test_every_claim_is_one_of_its_findings_parts():
     from reproduce.report import FINDINGS
 
-    examples = [_tables(table1_retrieval=pd.DataFrame([{"task": "retrieval(pairs=8)", "variant": v, "accuracy": 90.0}
+    examples = [_tables(table1_retrieval=pd.DataFrame([_acc("retrieval(pairs=8)", v, _seeds(90.0))
                                                        for v in ("standard", "frozen_mlp", "frozen_qk", "mixit")])),
                 _tables(table3_tasks=_table3({"dyck": 1.0})), _tables(**_memorize_tables()), _tables(**_induction()),
                 _tables()]
@@ -721,6 +765,14 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     assert e2e.loc["standard", "ours"] == "90.5" and e2e.loc["standard", "theirs"] == "100.0 / 100.0"
     assert e2e.loc["standard", "difference"] == pytest.approx(-9.5) and bool(e2e.loc["standard", "beyond_spread"])
     assert e2e.loc["mixit", "spread"] == pytest.approx(2.0) and not e2e.loc["mixit", "beyond_spread"]  # 66.0 vs 65.4
+    # Their code at its own default schedule (warmup 500, recorded as schedule "authors") is no run of ours at ours,
+    # but stands beside ours in the end-to-end table.
+    own = [record("mixit", 30.0, warmup_steps=500, schedule="authors"),
+           record("mixit", 32.0, seed=1, warmup_steps=500, schedule="authors")]
+    assert len(reference_runs(own, load_runs(tmp_path))) == 0
+    e2e = end_to_end(load_runs(tmp_path), records + own).set_index("variant")
+    assert e2e.loc["mixit", "theirs_own_schedule"] == "30.0 / 32.0" and e2e.loc["mixit", "theirs_own_schedule_median"] == 31.0
+    assert e2e.loc["standard", "theirs_own_schedule"] == "—" and e2e.loc["mixit", "schedule"] == "ours"
     # MixiT as the authors' depth script trains it shares our mixit run's settings.
     assert list(reference_runs([record("mixit_weight_frozen", 20.0, n_heads=16)], load_runs(tmp_path))["variant"]) == \
         ["mixit_weight_frozen"]
@@ -756,7 +808,7 @@ def test_the_report_reads_the_runs_once_and_findings_json_names_each_findings_ru
     assert three["runs"] == ["algorithmic/dyck-mixit", "algorithmic/dyck-standard"]
     assert three["runs"] == sorted(load_runs(runs_dir).query("task == 'dyck' and variant != 'frozen_qk'")["run"])
     dyck = next(p for p in three["parts"] if p["part"] == "Dyck")
-    assert dyck["ours"] == "dyck 90.5 vs 66.0" and dyck["holds"] is False
+    assert dyck["ours"].startswith("dyck 90.5 vs 66.0, mixit - standard -24.5") and dyck["holds"] is False
     assert dyck["reference"] is None and dyck["agrees"] is None  # the record has no standard: not measured
     assert saved[0]["runs"] == ["retrieval/standard"] and saved[0]["parts"][0]["part"] == "retrieval"
     assert saved[6]["runs"] == []  # speed reads the speed stage's file, no run
@@ -1074,7 +1126,7 @@ def test_finding_5_reads_the_covariance_reference_part_by_part(signal_dir):
     from reproduce.tables import reference_tables
 
     def t6(random_deep):
-        return pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a} for v, n, a in
+        return pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a, "values": _seeds(a)} for v, n, a in
                              (("random", 2, 80.0), ("random", 6, random_deep), ("mixit", 2, 100.0), ("mixit", 6, 99.0))])
 
     # Ours: random loses too little, and mixit's covariance grows 6x (the quick preset's picture).
@@ -1122,3 +1174,22 @@ def test_images_drawn_inside_the_figures_package_do_not_change_the_inputs_finger
         probe.unlink()
         probe.parent.rmdir()
     assert inputs_fingerprint(runs, tmp_path, {"preset": "y"}) != before  # the options still count
+
+
+def test_the_authors_schedule_table_reads_a_tuning_only_studys_runs_from_the_record():
+    from analysis.runs import COLUMNS
+    from reproduce.report import schedules_table
+
+    def row(run, group, schedule, lr, seed, acc):
+        return {**{c: None for c in COLUMNS}, "run": run, "group": group, "study": group, "status": "finished",
+                "task": "sentiment", "task_label": "sentiment(seq_len=64)", "variant": "mixit", "d_model": 64,
+                "n_layers": 2, "n_heads": 4, "steps": 300, "schedule": schedule, "lr": lr, "seed": seed,
+                "eval_acc": acc, "selected": True}
+
+    ours = pd.DataFrame([row(f"sentiment/s{s}", "sentiment", "ours", 3e-4, s, 0.5 + s / 100) for s in range(3)])
+    record = pd.DataFrame([row("schedule-sentiment/a", "schedule", "authors", 1e-3, 0, 0.6),
+                           {**row("schedule-sentiment/b", "schedule", "authors", 3e-3, 0, 0.9), "selected": False}])
+    table = schedules_table(ours, record).set_index("schedule")
+    assert table.loc["authors", "values"] == [60.0] and table.loc["authors", "lr"] == "0.001"  # the chosen rate only
+    assert table.loc["ours", "values"] == pytest.approx([50.0, 51.0, 52.0]) and table.loc["ours", "seeds"] == 3
+    assert schedules_table(ours).empty  # no runs at the authors' schedule: no table

@@ -22,6 +22,22 @@ def test_parse_switch_reads_train_and_model_fields():
     assert both.train == {"sampling": "epochs", "min_lr_ratio": 0}
 
 
+def test_a_switch_can_change_a_data_processing_choice_one_at_a_time(generated_corpora):
+    """task.<parameter> switches: the split and the tokenizer, each alone, reach the run's task parameters."""
+    from training.trainer import TrainConfig
+
+    s = tg.parse_switch("llama3:task.tokenizer=bpe-llama3,model.attend_padding=true")
+    assert s.task == {"tokenizer": "bpe-llama3"} and s.model == {"attend_padding": True} and s.train == {}
+    corpus = str(generated_corpora["sentiment"])
+    cfg = TrainConfig(task="sentiment", task_params={"text_file": [corpus], "seq_len": 40, "vocab_size": 300},
+                      variant="mixit")
+    split = tg.apply_switch(cfg, tg.parse_switch("split1:task.split_seed=1"))
+    assert split.task_params == {**cfg.task_params, "split_seed": 1} and split.model_extra == cfg.model_extra
+    both = tg.apply_switch(cfg, tg.combine([s, tg.parse_switch("split1:task.split_seed=1")]))
+    assert both.task_params["tokenizer"] == "bpe-llama3" and both.model_extra == {"attend_padding": True}
+    assert tg.group_key(cfg) == f"sentiment(seq_len=40,text_file=['{Path(corpus).name}'],vocab_size=300) mixit d128/l2/h4"
+
+
 @pytest.mark.parametrize("spec", ["x:foo=1", "x:model.nope=1", "x:seed=3", "nocolon"])
 def test_a_bad_switch_is_one_line_and_exit_2(spec, capsys):
     rc = tg.main(["--preset", "smoke", "--study", "memorize", "--switch", spec, "--dry-run"])

@@ -26,7 +26,7 @@ from .trainer import autocast_for, pick_device
 
 COLUMNS = [
     "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",
-    "relative_to_standard", "relative_spread", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
+    "relative_to_standard", "relative_spread", "relative_per_block", "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "device",
 ]
 
 
@@ -121,6 +121,7 @@ def measure_throughput(
             "ms_per_sample": seconds * 1e3 / batch_size,
             "relative_to_standard": statistics.median(ratios) if ratios else float("nan"),
             "relative_spread": max(ratios) - min(ratios) if ratios else float("nan"),
+            "relative_per_block": " ".join(f"{r:.6f}" for r in ratios),  # each block's ratio: the report's interval
             "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "seq_len": seq_len,
             "batch_size": batch_size, "device": str(dev),
         })

@@ -65,6 +65,7 @@ DATA_CACHE_DIR = ".token_cache"
 SWEEP_FILE = "sweep.json"
 RUNS_SUMMARY = "summary.csv"
 MANIFEST = "reproduce.json"
+TUNING_FILE = "tuning.json"  # in a runs folder: the learning rates tried and chosen (training.tuning.Tuning)
 SIGNAL_FILE = "signal/signal.csv"
 SPEED_FILE = "speed/speed.csv"
 REPORT_FILE = "report.md"  # in a report directory (mixit reproduce --report-dir), beside one CSV per table
@@ -90,7 +91,7 @@ class RunDamaged(ValueError):
 __all__ = [
     "LOCK_FILE", "RunDamaged", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
     "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
-    "SUMMARY_FILE", "SWEEP_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
+    "SUMMARY_FILE", "SWEEP_FILE", "TUNING_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
     "truncate_metrics", "write_json", "write_runs_table", "write_text",
 ]

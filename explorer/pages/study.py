@@ -71,6 +71,10 @@ def finding_card(finding: dict[str, Any], runs: pd.DataFrame) -> None:
         st.markdown(f"**{finding.get('id', '?')}. {finding.get('finding', '')}**  \n"
                     f":{color}[**{finding.get('verdict_text') or finding.get('verdict') or 'no verdict'}**]")
         st.caption(f"Criterion: {finding.get('criterion', '-')}")
+        if finding.get("learning_rates"):
+            st.caption(f"Learning rates (each variant's chosen): {finding['learning_rates']}")
+        if finding.get("across_grid"):
+            st.caption(f"Across the learning-rate grid: {finding['across_grid']}")
         ours, theirs = st.columns(2)
         ours.markdown("*Ours*\n\n" + bullets(finding.get("ours")))
         theirs.markdown("*The authors' code, same settings*\n\n" + bullets(finding.get("reference")))
@@ -94,16 +98,18 @@ def figures_section(figures: list[Path], failed: dict[str, str]) -> None:
 
 
 def tables_section(report_dir: Path | None) -> None:
-    """Who does the work (components.csv) and where the findings emerge (the scale preset's tables)."""
+    """Who does the work (components.csv), the learning rates chosen and the authors' schedule's runs, and where the
+    findings emerge (the scale preset's tables)."""
     from reproduce.emergence import FINDINGS
     from reproduce.report import TITLES
 
-    components = report.read_table(report_dir, report.COMPONENTS_TABLE)
-    if components is not None:
-        title, caption = TITLES[report.COMPONENTS_TABLE]
-        st.subheader(title)
-        st.caption(caption)
-        st.dataframe(components, hide_index=True, key="study_components")
+    for name in (report.COMPONENTS_TABLE, *report.LEARNING_RATE_TABLES):
+        table = report.read_table(report_dir, name)
+        if table is not None:
+            title, caption = TITLES[name]
+            st.subheader(title)
+            st.caption(caption)
+            st.dataframe(table, hide_index=True, key=f"study_{name}")
     emerging = [(f, table) for f in FINDINGS if (table := report.read_table(report_dir, f.table)) is not None]
     if emerging:
         st.subheader("Where the findings emerge")
@@ -128,8 +134,9 @@ def main() -> None:
         st.info(missing)
     if findings:
         st.subheader("Findings")
-        st.caption("Each verdict reads our numbers against the criterion; where they fail it, the same criterion is "
-                   "applied to the authors' own training code run at the same settings.")
+        st.caption("Each verdict reads our numbers, each variant at the learning rate chosen for it, against the "
+                   "criterion on 95% intervals over seeds; where they fail it, the same criterion is applied to the "
+                   "authors' own training code run at the same settings.")
         for finding in findings:
             finding_card(finding, found.runs)
     failed = (ex.reproduce_manifest(found.root) or {}).get("failed_figures") or {}

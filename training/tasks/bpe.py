@@ -1,5 +1,8 @@
 """Tokenizers for text tasks: byte-level BPE trained on the training split only, or plain bytes (256 +
-2 special tokens); both byte-level, so every text round-trips exactly. Also encoding a corpus into
+2 special tokens); all byte-level, so every text round-trips exactly. "bpe" splits words before merging as GPT-2
+does; "bpe-llama3" as Llama 3's tokenizer does (its split pattern: contractions case-insensitively, numbers in
+groups of up to three digits), the tokenizer the authors' pipeline feeds their models, trained here on the
+training split like "bpe". Also encoding a corpus into
 token arrays. The tokenizer is attached to the model and saved with its checkpoint (models/tokenizer.py).
 """
 
@@ -16,7 +19,10 @@ from models.tokenizer import SPECIAL_TOKENS, bos_id, pad_id, tokenizer_from_json
 
 from .cache import CACHE_FORMAT, cached_tokenizer, digest as _digest
 
-TOKENIZERS = ("bpe", "byte")
+TOKENIZERS = ("bpe", "byte", "bpe-llama3")
+# Llama 3's pre-tokenizer split (its tokenizer.json); the bytes of each piece are then the BPE's alphabet
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                r"|\s+(?!\S)|\s+")
 DEFAULT_VOCAB_SIZE = 4096  # BPE
 MIN_BPE_VOCAB = 256 + len(SPECIAL_TOKENS) + 1  # at least one merge
 
@@ -35,8 +41,13 @@ def _byte_chars() -> list[str]:
     return chars
 
 
-def _byte_level(tokenizer: Tokenizer) -> Tokenizer:
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+def _byte_level(tokenizer: Tokenizer, split: str = "gpt2") -> Tokenizer:
+    if split == "llama3":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 
@@ -50,12 +61,13 @@ def byte_tokenizer() -> Tokenizer:
     return tokenizer_from_json(tokenizer.to_str())
 
 
-def train_bpe(documents: list[str], vocab_size: int) -> Tokenizer:
-    """A byte-level BPE tokenizer of at most `vocab_size` tokens (ids 0, 1 special) trained on `documents`.
+def train_bpe(documents: list[str], vocab_size: int, split: str = "gpt2") -> Tokenizer:
+    """A byte-level BPE tokenizer of at most `vocab_size` tokens (ids 0, 1 special) trained on `documents`, words
+    split before merging as GPT-2 ("gpt2") or Llama 3 ("llama3") split them.
 
     Merges need a pair seen at least twice, so a small corpus can give fewer than `vocab_size` tokens.
     """
-    tokenizer = _byte_level(Tokenizer(models.BPE()))
+    tokenizer = _byte_level(Tokenizer(models.BPE()), split)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
@@ -72,8 +84,10 @@ def get_tokenizer(kind: str, vocab_size: int, train_texts: list[str], train_hash
     """The tokenizer for a corpus: cached in `cache` by (training text, kind, vocab size, library version)."""
     if kind == "byte":
         return byte_tokenizer()
-    key = _digest("bpe", vocab_size, tokenizers.__version__, train_hash, CACHE_FORMAT)
-    return cached_tokenizer(cache, key, lambda: train_bpe(train_texts, vocab_size))
+    split = "llama3" if kind == "bpe-llama3" else "gpt2"
+    key = _digest(*(("bpe",) if split == "gpt2" else ("bpe", split)), vocab_size, tokenizers.__version__, train_hash,
+                  CACHE_FORMAT)
+    return cached_tokenizer(cache, key, lambda: train_bpe(train_texts, vocab_size, split))
 
 
 def _token_dtype(tokenizer: Tokenizer) -> type:

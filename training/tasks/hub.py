@@ -49,6 +49,7 @@ class HubDataset:
     lines: bool = False
     per_class: int | None = None
     revision: str | None = None  # the dataset repository's commit: the same rows whatever is pushed later
+    text_column: str = "text"  # the column holding a labelled row's text (GLUE's: "sentence")
 
 
 # Salesforce/wikitext at the commit other projects pin too. yelp_polarity and fineweb-edu are not pinned yet:
@@ -71,6 +72,8 @@ HUB_DATASETS: dict[str, HubDataset] = {
     # never fetched), split per class like a local file (the quick preset's fallback).
     "yelp_polarity-1k": HubDataset("fancyzhx/yelp_polarity", None, "labelled", ("test",), None, streamed=True,
                                    per_class=500),
+    # SST-2 as GLUE distributes it (../shared/data/sst-2: train.tsv, dev.tsv = its validation split).
+    "sst2": HubDataset("nyu-mll/glue", "sst2", "labelled", ("train",), "validation", text_column="sentence"),
 }
 
 
@@ -172,7 +175,8 @@ def _hub_labelled(dataset: str, spec: HubDataset, split: str, classes: list[str]
 
     def load() -> dict[str, list]:
         rows = _hub_load(dataset, spec, split)
-        pairs = ((r["text"], r["label"]) for r in rows) if spec.streamed else zip(rows["text"], rows["label"])
+        column = spec.text_column
+        pairs = ((r[column], r["label"]) for r in rows) if spec.streamed else zip(rows[column], rows["label"])
         texts, labels, bad = [], [], set()
         for text, label in pairs:
             if str(label) in classes:
