@@ -351,8 +351,11 @@ def _commit(repo: Path) -> str:
 
 
 def record_key(r: dict) -> tuple:
-    return (r["preset"], r["study"], r["task"], json.dumps(r["task_params"], sort_keys=True), r["variant"],
-            r["d_model"], r["n_layers"], r["n_heads"], r["seed"], float(r["lr"]), r.get("schedule") or "ours")
+    """What makes a record one setting's run (a signal record of their model at init has no learning rate)."""
+    lr = r.get("lr")
+    return (r.get("preset"), r["study"], r["task"], json.dumps(r.get("task_params"), sort_keys=True), r["variant"],
+            r.get("d_model"), r.get("n_layers"), r.get("n_heads"), r.get("seed"), None if lr is None else float(lr),
+            r.get("schedule") or "ours")
 
 
 def merge_records(path: Path, new: list[dict]) -> None:
@@ -367,8 +370,8 @@ def merge_records(path: Path, new: list[dict]) -> None:
         data = json.loads(path.read_text()) if path.is_file() else {"records": []}
         keys = {record_key(r) for r in new}
         records = [r for r in data.get("records", []) if record_key(r) not in keys] + new
-        records.sort(key=lambda r: (r["study"], r["task"], json.dumps(r["task_params"], sort_keys=True), r["variant"],
-                                    r["n_layers"], r["seed"]))
+        records.sort(key=lambda r: (r["study"], r["task"], json.dumps(r.get("task_params"), sort_keys=True),
+                                    r["variant"], r.get("n_layers") or 0, r.get("seed") or 0))
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps({"about": ABOUT, "records": records}, indent=1) + "\n")
         tmp.replace(path)
@@ -542,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in concurrent.futures.as_completed(futures):
             if f.exception() is not None:
                 failures.append(str(f.exception()))
-                print(f"FAILED {f.exception()}", file=sys.stderr, flush=True)
+                print(f"FAILED {type(f.exception()).__name__}: {f.exception()}", file=sys.stderr, flush=True)
     return 1 if failures else 0
 
 

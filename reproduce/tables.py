@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.components import who_does_the_work
-from analysis.runs import load_runs, memory_summary, read_analysis
+from analysis.runs import load_runs, memory_summary, read_analysis, reported
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.run import run_task
 from training.tasks import TASKS, resolved_task_params
@@ -66,8 +66,9 @@ def tables_with_sources(runs: pd.DataFrame, runs_dir: str | Path | None,
 
 def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str, Any]] | None = None, *,
                      runs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables from the authors' code (reproduce.reference), at the settings of our runs (`runs`,
-    a load_runs table, when given, else the runs below runs_dir).
+    """The report's tables from the authors' code (reproduce.reference), at the settings of the runs our report
+    reads (`runs`, a load_runs table, when given, else the runs below runs_dir; a tuned setting's at its chosen
+    learning rate, so that "the authors' code, same settings" is at each variant's chosen rate).
 
     Only the tables their scripts can fill (accuracy, memorization, depth) have rows, and Table 7 from their model
     at init at our signal stage's settings (runs_dir's signal/signal.json; reproduce.reference.reference_signal);
@@ -77,7 +78,7 @@ def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str,
         if runs_dir is None:
             raise ValueError("reference_tables needs runs_dir or runs")
         runs = load_runs(Path(runs_dir))
-    theirs = reference_runs(records, runs)
+    theirs = reference_runs(records, reported(runs))
     tables = _build(theirs, None, fallback=False)[0]
     tables["table7_signal"] = reference_signal(records, None if runs_dir is None else Path(runs_dir) / SIGNAL_FILE)
     return {name: in_variant_order(df) for name, df in tables.items()}

@@ -178,6 +178,13 @@ def test_dry_run_and_merge(preset, tmp_path, capsys):
     data = json.loads(ref.read_text())
     assert set(data) == {"about", "records"}
     assert sorted(r["value"] for r in data["records"]) == [2.0, 3.0]
+    # The real file also holds records of their model at init (authors_signal.py), which have no learning rate,
+    # width-only sizes and no preset: merging a training run beside them must keep them.
+    signal = {"study": "signal", "task": "signal", "variant": "mixit", "d_model": 128, "n_layers": 4, "seed": 0,
+              "value": 0.004}
+    ar.merge_records(ref, [signal])
+    ar.merge_records(ref, [dict(run, seed=2, value=4.0)])
+    assert sorted(r["value"] for r in json.loads(ref.read_text())["records"]) == [0.004, 2.0, 3.0, 4.0]
 
 
 # --------------------------------------------------------------------------- Table 7 on their model at init

@@ -1041,6 +1041,26 @@ def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
     assert row["difference"] is None and row["beyond_spread"] is None and "first sum digit" in row["note"]
 
 
+def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
+    # A tuned study trains every rate once; the verdict's "authors' code, same settings" must be at the rate chosen
+    # for each variant, not at a rate of the grid that lost (their mixit at 3e-3 when ours was chosen at 1e-2).
+    from reproduce.report import reference_tables
+    from analysis.runs import load_runs
+
+    dyck = {"max_pairs": 8}
+    _fake_run(tmp_path, "algorithmic", "std", "standard", "dyck", dyck, 0.9)
+    _fake_run(tmp_path, "algorithmic-mixit", "mix3", "mixit", "dyck", dyck, 0.6, n_heads=16)
+    _fake_run(tmp_path, "algorithmic-mixit", "mix10", "mixit", "dyck", dyck, 0.65, n_heads=16, lr=0.01)
+    runs = load_runs(tmp_path)
+    runs["selected"] = ~runs["run"].str.endswith("mix3")
+    rec = {"study": "algorithmic", "task": "dyck", "task_params": dyck, "variant": "mixit", "d_model": 64,
+           "n_layers": 2, "n_heads": 16, "steps": 1000, "batch_size": 128, "lr": 0.003, "warmup_steps": 50,
+           "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 30.0}
+    assert len(reference_tables(tmp_path, [rec], runs=runs)["table3_tasks"]) == 0
+    t3 = reference_tables(tmp_path, [{**rec, "lr": 0.01}], runs=runs)["table3_tasks"]
+    assert list(t3["variant"]) == ["mixit"] and t3["median"].iloc[0] == pytest.approx(30.0)
+
+
 def test_the_reference_never_borrows_another_studys_runs(tmp_path):
     # Our Table 3 memorize item (width 64, group algorithmic) has no reference; the authors' memorization-study
     # records (width 16, group memorize) must not stand in for it, as our own tables' fallback would do.
