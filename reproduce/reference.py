@@ -109,12 +109,20 @@ def record_row(rec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> pd.DataFrame:
-    """The records whose settings equal a finished run of ours of the same variant, as finished runs."""
+def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame, by_study: bool = False) -> pd.DataFrame:
+    """The records whose settings equal a finished run of ours of the same variant, as finished runs.
+
+    by_study: of the same study too (the report's tables, which group runs by study: a record of the authors' code
+    at their schedule must not join the study that ours trained at ours because another study of ours, tuned at
+    their schedule, chose the same rate)."""
     finished = ours[ours["status"] == "finished"] if len(ours) else ours
-    mine = {(v, *_key(r)) for v, r in zip(finished.get("variant", []), finished.to_dict("records"))}
+
+    def key(row: dict[str, Any], variant: str) -> tuple:
+        return (row.get("study") if by_study else None, variant, *_key(row))
+
+    mine = {key(r, r["variant"]) for r in finished.to_dict("records")}
     rows = [row for row in map(record_row, [r for r in records if not is_signal(r)])
-            if (ALIASES.get(row["variant"], row["variant"]), *_key(row)) in mine]
+            if key(row, ALIASES.get(row["variant"], row["variant"])) in mine]
     return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
 
 

@@ -78,7 +78,7 @@ def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str,
         if runs_dir is None:
             raise ValueError("reference_tables needs runs_dir or runs")
         runs = load_runs(Path(runs_dir))
-    theirs = reference_runs(records, reported(runs))
+    theirs = reference_runs(records, reported(runs), by_study=True)
     tables = _build(theirs, None, fallback=False)[0]
     tables["table7_signal"] = reference_signal(records, None if runs_dir is None else Path(runs_dir) / SIGNAL_FILE)
     return {name: in_variant_order(df) for name, df in tables.items()}

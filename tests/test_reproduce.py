@@ -733,7 +733,8 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     _fake_run(tmp_path, "algorithmic-mixit", "mix", "mixit", "dyck", dyck, 0.66, n_heads=16)
 
     def record(variant, value, seed=0, **change):
-        rec = {"study": "algorithmic", "task": "dyck", "task_params": dyck, "variant": variant, "d_model": 64,
+        study = "algorithmic-mixit" if variant == "mixit" else "algorithmic"
+        rec = {"study": study, "task": "dyck", "task_params": dyck, "variant": variant, "d_model": 64,
                "n_layers": 2, "n_heads": 16 if variant == "mixit" else 4, "steps": 1000, "batch_size": 128,
                "lr": 0.003, "warmup_steps": 50, "weight_decay": 0.01, "seed": seed, "metric": "accuracy",
                "value": value}
@@ -747,6 +748,8 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     theirs = reference_runs(records, load_runs(tmp_path))
     assert sorted(zip(theirs["variant"], theirs["seed"])) == [("mixit", 0), ("mixit", 1), ("standard", 0), ("standard", 1)]
     assert set(theirs["eval_acc"]) == {1.0, 0.644, 0.664} and set(theirs["group"]) == {"algorithmic"}
+    # The report's tables group by study: a record of another study at the same settings does not join this one.
+    assert len(reference_tables(tmp_path, [record("standard", 20.0, study="schedule-dyck")])["table3_tasks"]) == 0
     t3 = reference_tables(tmp_path, records)["table3_tasks"].set_index("variant")
     assert t3.loc["mixit", "median"] == pytest.approx(65.4) and t3.loc["standard", "seeds"] == 2
     found = check_findings(build_tables(tmp_path), reference_tables(tmp_path, records))[2]
@@ -1053,7 +1056,7 @@ def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
     _fake_run(tmp_path, "algorithmic-mixit", "mix10", "mixit", "dyck", dyck, 0.65, n_heads=16, lr=0.01)
     runs = load_runs(tmp_path)
     runs["selected"] = ~runs["run"].str.endswith("mix3")
-    rec = {"study": "algorithmic", "task": "dyck", "task_params": dyck, "variant": "mixit", "d_model": 64,
+    rec = {"study": "algorithmic-mixit", "task": "dyck", "task_params": dyck, "variant": "mixit", "d_model": 64,
            "n_layers": 2, "n_heads": 16, "steps": 1000, "batch_size": 128, "lr": 0.003, "warmup_steps": 50,
            "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 30.0}
     assert len(reference_tables(tmp_path, [rec], runs=runs)["table3_tasks"]) == 0
