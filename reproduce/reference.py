@@ -172,14 +172,15 @@ def end_to_end(ours: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFram
         metric = _metric(group.iloc[0].to_dict())[0]
         side = {}
         for name, runs in (("theirs", group), ("ours", same if where["variant"] == variant else same.iloc[0:0])):
-            values = [(r["seed"], _metric(r)[1]) for r in runs.to_dict("records")]
-            side[name] = sorted((int(s), v) for s, v in values if v is not None)
+            values = {int(r["seed"]): _metric(r)[1] for r in runs.to_dict("records")}  # a seed once (two studies may
+            side[name] = sorted((s, v) for s, v in values.items() if v is not None)  # record one setting's run)
         med = {k: (float(pd.Series([v for _, v in side[k]]).median()) if side[k] else None) for k in side}
         spread = max((max(v for _, v in side[k]) - min(v for _, v in side[k]) for k in side if side[k]), default=0.0)
         note = OTHER_METRIC.get(str(group.iloc[0]["task"]), "")
         diff = None if None in med.values() or note else round(med["ours"] - med["theirs"], 4)
         digits = 3 if metric == "bits/param" else 1
-        at_theirs = sorted(_metric(r)[1] for r in own.get(_own_key(where), []) if _metric(r)[1] is not None)
+        at_theirs = sorted(v for v in {r.get("seed"): _metric(r)[1] for r in own.get(_own_key(where), [])}.values()
+                           if v is not None)
         rows.append({
             "task": where["task_label"], "variant": where["variant"], "d_model": where["d_model"],
             "n_layers": where["n_layers"], "n_heads": where["n_heads"], "steps": where["steps"], "lr": where["lr"],

@@ -776,6 +776,10 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     e2e = end_to_end(load_runs(tmp_path), records + own).set_index("variant")
     assert e2e.loc["mixit", "theirs_own_schedule"] == "30.0 / 32.0" and e2e.loc["mixit", "theirs_own_schedule_median"] == 31.0
     assert e2e.loc["standard", "theirs_own_schedule"] == "—" and e2e.loc["mixit", "schedule"] == "ours"
+    # One setting's run recorded by two studies (a tuned study's seed 0 at the chosen rate) counts once.
+    twice = own + [dict(own[0], study="schedule-dyck")]
+    assert end_to_end(load_runs(tmp_path), records + twice).set_index("variant").loc["mixit", "theirs_own_schedule"] \
+        == "30.0 / 32.0"
     # MixiT as the authors' depth script trains it shares our mixit run's settings.
     assert list(reference_runs([record("mixit_weight_frozen", 20.0, n_heads=16)], load_runs(tmp_path))["variant"]) == \
         ["mixit_weight_frozen"]
