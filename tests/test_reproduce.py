@@ -913,6 +913,10 @@ def test_every_figure_and_report_table_exists(smoke):
 
     tmp, done, _, _, _ = smoke
     for name in figures.FIGURES:
+        if name.startswith("lr_"):  # the smoke preset tries one rate per study: nothing to draw against the rate
+            assert f"figure {name}: skipped: no tuning record" in done.stdout, name  # (tests/test_figures.py draws them)
+            assert not (tmp / "figs" / f"{name}.png").exists()
+            continue
         for ext in ("png", "pdf"):
             path = tmp / "figs" / f"{name}.{ext}"
             assert path.is_file() and path.stat().st_size > 1000, path

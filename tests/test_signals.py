@@ -172,13 +172,16 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused_at_once(tmp_path):
     out = tmp_path / "sweep"
     out.mkdir()
     (out / RUNS_SUMMARY).write_text("run,status\nold,stale\n")  # a summary from before: it must not survive
-    first = _start([*SWEEP, "--out", str(out)])
+    # Runs of some seconds: at 400 steps a loaded machine finished all four while the second command was still
+    # importing torch, and the second then found a folder no longer in use (exit 0, correctly).
+    sweep = [*SWEEP, "--steps", "4000"]
+    first = _start([*sweep, "--out", str(out)])
     try:
         deadline = time.monotonic() + 300
         while not list(out.glob(f"*/{LOCK_FILE}")):  # the first sweep holds the folder and is training
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
             time.sleep(0.2)
-        second = subprocess.run([sys.executable, "-m", "cli", *SWEEP, "--out", str(out)], cwd=ROOT,
+        second = subprocess.run([sys.executable, "-m", "cli", *sweep, "--out", str(out)], cwd=ROOT,
                                 capture_output=True, text=True, timeout=120,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert second.returncode == EXIT_USAGE, second.stderr[-3000:]
