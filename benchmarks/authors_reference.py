@@ -457,7 +457,8 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of main."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--authors-repo", required=True, help="a checkout of princeton-pli/MixiT")
     ap.add_argument("--authors-python", required=True, help="a Python with their requirements")
@@ -488,7 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed-init", action="store_true",
                     help="memorize: seed their initialisation with --seed too (a control; use another --out)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
 
     from reproduce.preset import load_preset
     from reproduce.reference import REFERENCE_FILE
