@@ -38,6 +38,8 @@ needed); loss deltas in nats.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -341,6 +343,17 @@ def _per_run(run: Any, table: pd.DataFrame, per_layer: bool) -> list[dict[str, A
     return rows
 
 
+def _one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with one run per setting and seed: two studies may train the same setting (the quick preset's depth
+    study and Table 3 both train 2-layer MixiT on 2-digit addition), which would otherwise count each seed twice."""
+    if runs.empty:
+        return runs
+    key = [c for c in ("task", "variant", "d_model", "n_layers", "n_heads", "lr", "schedule", "steps", "batch_size",
+                       "seed") if c in runs]
+    params = runs["task_params"].map(lambda p: json.dumps(p, sort_keys=True, default=str))
+    return runs.assign(_params=params).drop_duplicates([*key, "_params"]).drop(columns="_params")
+
+
 def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFrame:
     """Attention against MLP over a set of runs: per task setting, variant and component, the median over
     seeds (and spread) of the share of the answer's logit difference and of the accuracy (points) and stored
@@ -354,7 +367,7 @@ def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFra
     from .runs import read_analysis_table, reported
 
     rows = []
-    for run in reported(runs).itertuples():
+    for run in _one_run_per_seed(reported(runs)).itertuples():
         if not isinstance(run.path, (str, Path)):  # rows that are not run directories (a reference's records)
             continue
         table = read_analysis_table(run.path, "components")

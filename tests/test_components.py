@@ -177,6 +177,12 @@ def test_who_does_the_work_reads_every_seed_and_the_figure_draws_it(tmp_path):
         assert mlp["share"] == pytest.approx(np.median(shares))
     layers = who_does_the_work(runs, per_layer=True)
     assert sorted(layers["layer"].unique()) == [0, 1]
+    # the same setting's run in a second study (the quick preset's depth study trains Table 3's MixiT) counts once
+    import shutil
+
+    shutil.copytree(tmp_path / "khop" / "mixit_s0", tmp_path / "khop-again" / "mixit_s0")
+    assert (who_does_the_work(load_runs(tmp_path))["seeds"] == 2).all()
+    shutil.rmtree(tmp_path / "khop-again")
 
     fig = figure.plot(tmp_path)  # one row of panels per task setting, a heatmap row per variant
     panels = {ax.get_gid(): ax for ax in fig.axes if ax.get_gid()}
