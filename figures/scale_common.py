@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 SCALE = "scale"  # the study group (training.rundir.group_of "scale-...")
 GROUPS = (SCALE,)
+SST2_STUDY = "scale-sst2"  # the studies on SST-2 are named scale-sst2...: their sentiment runs are a corpus apart
 LINESTYLES = ("-", "--", ":", "-.")
 PAPER_SENTIMENT = {"standard": 92.56, "mixit": 90.55}  # the paper's Table 3 (%), as reproduce.report.PAPER
 PAPER_MEMORIZE_BITS = {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13}  # Table 4
@@ -31,10 +32,17 @@ AXIS_LABELS = {"d_model": "width (d_model)", "n_layers": "depth (layers)", "step
                "max_pairs": "Dyck max_pairs (strings up to 2 x max_pairs)"}
 
 
-def scale_runs(all_runs: Runs, task: str, axes: Sequence[str], what: str) -> pd.DataFrame:
-    """Finished scale runs of `task`, with each axis (a run setting or a task parameter) as a column."""
+def is_sst2_study(study: str) -> bool:
+    """Whether a scale study trains on SST-2 (SST2_STUDY...) rather than the labelled sentences."""
+    return str(study).startswith(SST2_STUDY)
+
+
+def scale_runs(all_runs: Runs, task: str, axes: Sequence[str], what: str, sst2: bool = False) -> pd.DataFrame:
+    """Finished scale runs of `task`, with each axis (a run setting or a task parameter) as a column; of the SST-2
+    studies alone with `sst2`, else without them."""
     runs = finished_runs(all_runs, GROUPS)
-    runs = runs[(runs["group"] == SCALE) & (runs["task"] == task)].reset_index(drop=True)
+    runs = runs[(runs["group"] == SCALE) & (runs["task"] == task)
+                & (runs["study"].map(is_sst2_study) == sst2)].reset_index(drop=True)
     if runs.empty:
         raise NoData(f"no finished {what} runs of the scale preset (group {SCALE}, task {task})")
     for axis in axes:

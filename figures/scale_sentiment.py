@@ -1,6 +1,7 @@
 """Finding 3 on sentiment as the scale preset moves the classifier toward the authors': accuracy against size.
 
-Runs: the finished sentiment runs of group scale (reproduce/presets/scale.yaml). x: the classifier's size,
+Runs: the finished sentiment runs of group scale (reproduce/presets/scale.yaml) on the labelled sentences (the
+SST-2 studies, scale-sst2..., are a table of their own: reproduce.emergence). x: the classifier's size,
 width, depth and heads together (the quick preset's width 64 with 2 layers and 4 heads, then toward the
 authors' 4 layers of width 1,024 and MixiT's 16 heads), in order of width, then depth, then heads. Per
 variant, the mean over seeds; error bars span the seeds' min..max. The paper's accuracies (Yelp reviews,

@@ -1,12 +1,13 @@
 """Where the findings emerge: the scale preset's runs as one table per finding, and a report section.
 
     from reproduce.emergence import emergence_tables, emergence_section
-    tables = emergence_tables("runs/scale")       # {"scale_dyck": DataFrame, "scale_sentiment": ..., ...}
+    tables = emergence_tables("runs/scale")       # {"scale_dyck": DataFrame, "scale_sentiment": ..., "scale_sst2": ...}
     lines = emergence_section(tables)             # Markdown lines: "## Where the findings emerge", ...
 
 The scale preset (reproduce/presets/scale.yaml) moves one or two axes of the quick preset toward the
 paper's setting for each finding that does not hold at the quick preset's size: Dyck string length and
-training steps (finding 3), the sentiment classifier's width, depth and heads (finding 3), width at a fixed
+training steps (finding 3), the sentiment classifier's width, depth and heads (finding 3), the sentiment corpus
+(SST-2's 67,349 training sentences and phrases against 800 labelled sentences; finding 3), width at a fixed
 memorization dataset (finding 4), and width for the depth study (finding 5). Only runs of the study
 group `scale` count here (training.rundir.group_of: every study name starts with `scale-`); the report's
 paper tables leave that group out.
@@ -36,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.runs import load_runs, memory_summary, reported
+from figures.scale_common import is_sst2_study
 from models import VARIANTS
 from training.tasks import resolved_task_params
 
@@ -65,6 +67,7 @@ class Finding:
     tolerance: float  # a change of the gap within this counts as "stays"
     paper: dict[str, float] | None = None  # the paper's number per variant, where it gives one
     about: str = ""  # the table's caption
+    sst2: bool = False  # the runs of the SST-2 studies (figures.scale_common.SST2_STUDY), else all but those
 
 
 FINDINGS: tuple[Finding, ...] = (
@@ -78,6 +81,11 @@ FINDINGS: tuple[Finding, ...] = (
             "Final eval accuracy (%) on held-out sentences. The quick preset's classifier is width 64 with 2 layers "
             "and 4 heads, the authors' 4 layers of width 1,024 (their README trains MixiT with 16 heads). The "
             "paper's numbers are on Yelp reviews at their size."),
+    Finding("scale_sst2", 3, "Finding 3, sentiment on SST-2: a real-sized corpus", "sentiment",
+            ("d_model", "n_layers", "steps"), "accuracy", "points", 2.0, PAPER_SENTIMENT,
+            "Final accuracy (%) on SST-2's dev.tsv (872 sentences), trained on its train.tsv (67,349 sentences and "
+            "phrases, GLUE's SST-2), each variant at the learning rate chosen for it on 2% of the training file. "
+            "The paper's numbers are on Yelp reviews at the authors' size.", sst2=True),
     Finding("scale_memorize", 4, "Finding 4, memorization: width at a fixed dataset", "memorize", ("d_model",),
             "bits_per_trainable_param", "bits per trainable parameter", 0.05, PAPER_MEMORIZE_BITS,
             "Bits stored per trainable parameter (analysis.memory), mean over seeds, at a dataset that standard is "
@@ -138,7 +146,8 @@ def _variant_rank(label: str) -> tuple[int, str]:
 
 def _finding_runs(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
     """The finding's runs with a `value` column (its metric) and its axes as columns."""
-    runs = runs[runs["task"] == finding.task].reset_index(drop=True)
+    runs = runs[(runs["task"] == finding.task)
+                & (runs["study"].map(is_sst2_study) == finding.sst2)].reset_index(drop=True)
     if runs.empty:
         return runs.assign(value=pd.Series(dtype=float))
     runs = runs.assign(**{a: _axis_values(runs, a) for a in finding.axes if a not in runs.columns})
@@ -188,7 +197,7 @@ def finding_table(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
 
 def emergence_tables(runs_dir: str | Path | None = None, *,
                      runs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """One table per finding (FINDINGS: scale_dyck, scale_sentiment, scale_memorize, scale_depth) from the
+    """One table per finding (FINDINGS: scale_dyck, scale_sentiment, scale_sst2, scale_memorize, scale_depth) from the
     runs of group `scale` (of `runs`, a load_runs table, when given, else below runs_dir); a finding without
     runs has an empty table with its columns."""
     runs = scale_runs(runs_dir, runs=runs)
@@ -345,6 +354,8 @@ def gap_sentence(name: str, table: pd.DataFrame) -> str:
             f", {PAPER_SENTIMENT['standard'] - PAPER_SENTIMENT['mixit']:+.1f} points on Yelp"
             if name == "scale_sentiment" else "")
         return _sentence(clauses, paper)
+    if name == "scale_sst2":
+        return _sst2_sentence(table)
     if name == "scale_memorize":
         points = _pair_gap(table, f.axes, "standard", "mixit")
         target = PAPER_MEMORIZE_BITS["standard"] - PAPER_MEMORIZE_BITS["mixit"]
@@ -385,6 +396,24 @@ def gap_sentence(name: str, table: pd.DataFrame) -> str:
             return "Too few depths to measure a loss with depth."
         return _sentence(clauses, "the paper: random collapses with depth, MixiT holds")
     raise ValueError(f"unknown emergence table {name!r}; one of {', '.join(TABLE_NAMES)}")
+
+
+def _sst2_sentence(table: pd.DataFrame) -> str:
+    """Per SST-2 point, standard minus each other variant with its 95% interval over seeds."""
+    f = FINDING_OF["scale_sst2"]
+    clauses = []
+    for key, g in table.groupby(list(f.axes), sort=True):
+        seeds = {row["variant"]: row["values"] for _, row in g.iterrows()}
+        if "standard" not in seeds:
+            continue
+        gaps = [f"standard − {_label(v)} {difference(seeds['standard'], values).text()}"
+                for v, values in seeds.items() if v != "standard"]
+        if gaps:
+            clauses.append(f"at {_point(f.axes, key)}, " + ", ".join(gaps) + " points")
+    if not clauses:
+        return "Not measured: the table lacks standard or another variant."
+    paper = f"the paper: {PAPER_SENTIMENT['standard'] - PAPER_SENTIMENT['mixit']:+.1f} points standard − MixiT on Yelp"
+    return _sentence(clauses, paper)
 
 
 def _sentence(clauses: list[str], paper: str) -> str:
@@ -434,7 +463,7 @@ def emergence_section(tables: dict[str, pd.DataFrame]) -> list[str]:
              "sentence under each table reads the means: whether the finding's gap shrinks, grows or stays "
              "(changes within the tolerance named) as each axis moves toward the paper, with the change's 95% "
              "interval over seeds (Welch's t; `values` holds each seed's number). Every variant is at the learning "
-             "rate chosen for it at each point (\"Learning rates\").", ""]
+             "rate chosen for it where its study tunes one (\"Learning rates\"), else at the study's one rate.", ""]
     for f in FINDINGS:
         table = tables.get(f.table)
         if table is None:

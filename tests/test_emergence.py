@@ -334,14 +334,14 @@ def test_the_scale_preset_loads_and_expands_in_group_scale():
     preset = load_preset("scale")
     assert preset.studies and all(name.startswith("scale-") and group_of(name) == "scale" for name in preset.studies)
     assert set(preset.skip) == {"signal", "speed"}
-    no_text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
+    no_text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True), "sst2": TextChoice(skipped=True)}
     runs = preset_runs(preset, no_text)
     assert runs and len({run for run, _ in runs}) == len(runs)
     assert all(group_of(run.split("/")[0]) == "scale" for run, _ in runs)
     assert not any(cfg.task == "sentiment" for _, cfg in runs)  # no corpus: the sentiment studies drop out
     assert {cfg.task for _, cfg in runs} == {"dyck", "memorize", "addition"}
     assert {cfg.seed for _, cfg in runs} == {0, 1}
-    assert preset.text_kinds() == {"sentiment"}
+    assert preset.text_kinds() == {"sentiment", "sst2"}
 
     # Equal steps across widths and depths in the depth studies, and MixiT as the authors' depth script trains it.
     depth = [cfg for _, cfg in runs if cfg.task == "addition"]
@@ -358,10 +358,36 @@ def test_the_scale_preset_with_a_corpus_has_sentiment_runs(tmp_path):
 
     corpus = tmp_path / "labelled.txt"
     corpus.write_text(labelled_sentences(), encoding="utf-8")
-    text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice({"text_file": [str(corpus)]})}
+    text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice({"text_file": [str(corpus)]}),
+            "sst2": TextChoice({"text_file": [str(corpus)], "test_file": [str(corpus)]})}  # any file: not read here
     runs = preset_runs(load_preset("scale"), text, tmp_path / "out")
-    sentiment = [cfg for _, cfg in runs if cfg.task == "sentiment"]
+    # SST-2: standard, frozen_qk and MixiT over a 4-rate grid at the quick preset's classifier size, 2,000 steps
+    sst2 = [cfg for name, cfg in runs if name.startswith("scale-sst2/")]
+    assert {cfg.variant for cfg in sst2} == {"standard", "frozen_qk", "mixit"}
+    assert {cfg.lr for cfg in sst2} == {0.0003, 0.001, 0.003, 0.01} and {cfg.steps for cfg in sst2} == {2000}
+    assert all(cfg.task_params["test_file"] == [str(corpus)] for cfg in sst2)
+    sentiment = [cfg for name, cfg in runs if cfg.task == "sentiment" and not name.startswith("scale-sst2/")]
     assert {(cfg.d_model, cfg.n_layers) for cfg in sentiment} == {(64, 2), (128, 4), (256, 4)}
     assert {cfg.variant for cfg in sentiment} == {"standard", "mixit"}
     # base_width (the width scaling) acts on mixit only: standard's runs do not record it
     assert all(cfg.model_extra.get("base_width") == (1 if cfg.variant == "mixit" else None) for cfg in sentiment)
+
+
+def test_sst2_runs_are_a_table_of_their_own(scale_dir):
+    """Runs of the scale-sst2 studies (SST-2) at the size of a scale-sentiment point count only in scale_sst2, whose
+    sentence gives standard minus each other variant with its interval; the sentiment figure leaves them out."""
+    sst2 = {"seq_len": 64, "vocab_size": 4096, "tune_fraction": 0.02}
+    for variant, accs in {"standard": (0.80, 0.82, 0.81), "frozen_qk": (0.78, 0.79, 0.80),
+                          "mixit": (0.60, 0.65, 0.62)}.items():
+        for seed, acc in enumerate(accs):
+            _run(scale_dir, "scale-sst2", variant, "sentiment", sst2, acc, seed=seed, steps=2000)
+    t = emergence_tables(scale_dir)
+    assert _row(t["scale_sentiment"], variant="standard", d_model=64, n_layers=2)["mean"] == pytest.approx(78.0)
+    sst = t["scale_sst2"]
+    assert list(sst["variant"]) == ["standard", "frozen_qk", "mixit"] and set(sst["steps"]) == {2000}
+    assert _row(sst, variant="mixit")["mean"] == pytest.approx(62.333, abs=1e-3)
+    sentence = gap_sentence("scale_sst2", sst)
+    assert sentence.startswith("At width 64, 2 layers, 2,000 steps, standard − frozen_qk +2.0 [")
+    assert "standard − MixiT +18.7 [" in sentence
+    x, y = _data_lines(FIGURES["scale_sentiment"].plot(scale_dir))[(0, "mixit|")]
+    assert y == pytest.approx([58.0, 55.0])  # the labelled sentences' two sizes, not SST-2's 62.3

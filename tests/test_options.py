@@ -133,9 +133,10 @@ def test_a_sweep_field_no_model_uses_is_refused_but_one_some_use_is_kept(tmp_pat
 def test_every_preset_and_example_grid_still_validates(preset):
     from reproduce.corpora import TextChoice
     from reproduce.pipeline import load_preset, preset_runs
+    from reproduce.preset import TEXT_KINDS
     from training.sweep import build_grid
 
-    skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
+    skipped = {kind: TextChoice(skipped=True) for kind in TEXT_KINDS}
     assert preset_runs(load_preset(preset), skipped)
     assert build_grid(ROOT / "examples" / "grid.yaml")
 

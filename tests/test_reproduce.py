@@ -26,7 +26,7 @@ def _no_hub(name):
 # --------------------------------------------------------------------------- presets and corpora
 def test_every_preset_loads_and_expands():
     assert {"smoke", "quick", "paper"} <= set(preset_names())
-    no_text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
+    no_text = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True), "sst2": TextChoice(skipped=True)}
     for name in preset_names():
         runs = preset_runs(load_preset(name), no_text)
         assert runs and all("/" in run for run, _ in runs)

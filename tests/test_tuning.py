@@ -175,3 +175,32 @@ def test_a_record_made_on_one_copy_of_a_corpus_serves_a_run_that_reads_another(t
     plan = plan_tuning(hub, [0], "p", record=tmp_path / "t.json")
     assert plan.runs_to_train(hub, plan.chosen) == ["lm/0.003-0", "lm/0.003-1"]
     assert len(plan.notes) == 1 and "learning rate 0.003 is the one chosen there" in plan.notes[0]
+
+
+@pytest.mark.parametrize("name", ["quick", "scale"])
+def test_each_shipped_record_covers_its_presets_grid(name, tmp_path):
+    """`mixit reproduce --preset NAME` reads reproduce/tuning/NAME.json: it must choose a rate its grid tries for every
+    tuned setting, text studies included (their corpora by file name, as a record matches runs on another machine)."""
+    from reproduce.corpora import TEXT_SOURCES, TextChoice
+    from reproduce.pipeline import preset_runs
+    from reproduce.preset import load_preset
+    from reproduce.tuning import plan_tuning, recorded_tuning_file
+
+    from corpora import labelled_sentences, wikitext_like
+
+    # small corpora named as ../shared/data names them (a record knows a corpus by its files' names)
+    contents = {"txt": wikitext_like(), "yelp_labelled.txt": labelled_sentences(),
+                "tsv": "sentence\tlabel\n" + labelled_sentences()}
+    text = {}
+    for kind, source in TEXT_SOURCES.items():
+        params = {key: [tmp_path / f for f in files] for key, files in source["local"].items()}
+        for path in (p for files in params.values() for p in files):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(contents.get(path.name) or contents[path.suffix[1:]], encoding="utf-8")
+        text[kind] = TextChoice({key: [str(p) for p in files] for key, files in params.items()})
+    preset = load_preset(name)
+    grid = preset_runs(preset, text, tmp_path / "out")
+    plan = plan_tuning(grid, preset.tuning_seeds(), name)  # raises if the record leaves a setting out
+    assert plan is not None and plan.source == str(recorded_tuning_file(name))
+    tuned_studies = {n.split("/", 1)[0] for n, _ in grid if plan.keys[n] in plan.grids}
+    assert tuned_studies == {s for s, spec in preset.studies.items() if len(spec.lrs) > 1 or len(spec.schedules or ()) > 1}
