@@ -39,7 +39,6 @@ needed); loss deltas in nats.
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
