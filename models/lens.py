@@ -39,6 +39,12 @@ from transformer_lens.utilities.slice import Slice
 QK_KINDS = ("softmax", "shaped")  # layers whose attention has queries and keys
 
 
+def _as_slice(x) -> Slice:
+    """A pos or neuron slice as TransformerLens's cache methods take it: an int indexes, so its dimension goes
+    (Slice(-1) on [batch, pos, ...] gives [batch, ...]); Slice.unwrap would keep it as length 1."""
+    return x if isinstance(x, Slice) else Slice(x)
+
+
 class LensRefusal(ValueError):
     """A weight or TransformerLens utility this model does not have, or cannot compute exactly; the message says why."""
 
@@ -314,7 +320,7 @@ class LensCache(ActivationCache):
         at that layer's input (at its MLP's input with mlp_input, the heads of `layer` too); with incl_remainder
         a last row holds the rest of that residual stream."""
         layer, target = self._target(layer, mlp_input)
-        pos_slice = Slice.unwrap(pos_slice)
+        pos_slice = _as_slice(pos_slice)
         self._ensure_head_results()
         rows, labels = [], []
         for l in range(layer + int(mlp_input)):
@@ -328,12 +334,12 @@ class LensCache(ActivationCache):
                            project_output_onto: Optional[torch.Tensor] = None) -> torch.Tensor:
         """[*batch_and_pos, neuron, d_model]: each neuron's write, post * W_out (multiplier included); with b_out
         the neurons sum to hook_mlp_out."""
-        neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice.unwrap(pos_slice)
+        neuron_slice, pos_slice = _as_slice(neuron_slice), _as_slice(pos_slice)
         post = neuron_slice.apply(pos_slice.apply(self[("post", layer, "mlp")], dim=-2), dim=-1)
         W_out = neuron_slice.apply(self.model.W_out[layer], dim=0)  # [neuron, d_model]
         if project_output_onto is not None:
             projected = W_out @ project_output_onto.to(W_out.dtype)
-            return post * projected if projected.ndim == 1 else post[..., None] * projected
+            return post * projected if project_output_onto.ndim == 1 else post[..., None] * projected
         return post[..., None] * W_out
 
     def stack_neuron_results(self, layer: int, pos_slice=None, neuron_slice=None, return_labels: bool = False,
@@ -342,7 +348,7 @@ class LensCache(ActivationCache):
         """[layer * neurons (+1), *batch_and_pos, d_model]: every MLP neuron of the layers before `layer` as it
         arrives at that layer's input (its MLP's input with mlp_input)."""
         layer, target = self._target(layer, mlp_input)
-        neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice.unwrap(pos_slice)
+        neuron_slice, pos_slice = Slice.unwrap(neuron_slice), _as_slice(pos_slice)  # an int neuron keeps its row
         if neuron_slice.mode == "int":
             neuron_slice = Slice([neuron_slice.slice])
         ids = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp), dim=0).tolist()
@@ -361,7 +367,7 @@ class LensCache(ActivationCache):
         """[component, *batch_and_pos, d_model]: every head, every neuron (or MLP layer), the embeddings and the
         accumulated biases, as they arrive at the input of `layer`; they sum to that residual stream."""
         layer, target = self._target(layer, mlp_input)
-        pos_slice = Slice.unwrap(pos_slice)
+        pos_slice = _as_slice(pos_slice)
         heads, labels = self.stack_head_results(layer, True, pos_slice=pos_slice, mlp_input=mlp_input)
         parts = [heads]
         if layer > 0:

@@ -393,6 +393,33 @@ def test_sliced_caches_keep_the_exact_decompositions(runs):
     _close(one.decompose_resid().sum(0), cache["blocks.1.hook_resid_post"][1])
 
 
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_an_int_pos_slice_indexes_the_position_as_transformer_lens_does(runs, model_name):
+    """pos_slice=-1 drops the position ([component, batch, d_model]), and the tutorials' direct logit attribution
+    (stack at the last position, apply_ln_to_stack, einsum with each row's logit-difference direction) gives what the
+    whole stack gives at that position. Keeping a length-1 position broadcast that einsum over the batch twice."""
+    model, tokens, logits, cache = runs[model_name]
+    batch, d_model = tokens.shape[0], model.cfg.d_model
+    directions = torch.randn(batch, d_model, generator=torch.Generator().manual_seed(2))  # one per batch row
+    stacks = {
+        "stack_head_results": lambda **kw: cache.stack_head_results(layer=-1, **kw),
+        "stack_neuron_results": lambda **kw: cache.stack_neuron_results(model.cfg.n_layers, **kw),
+        "get_full_resid_decomposition": lambda **kw: cache.get_full_resid_decomposition(**kw),
+        "decompose_resid": lambda **kw: cache.decompose_resid(**kw),
+    }
+    for name, stack in stacks.items():
+        last, whole = stack(pos_slice=-1), stack()
+        assert last.shape == (whole.shape[0], batch, d_model), name
+        _close(last, whole[:, :, -1])
+        scaled = cache.apply_ln_to_stack(last, layer=-1, pos_slice=-1)
+        per_component = torch.einsum("c b d, b d -> c", scaled, directions) / batch
+        reference = torch.einsum("c b d, b d -> c", cache.apply_ln_to_stack(whole, layer=-1)[:, :, -1], directions)
+        _close(per_component, reference / batch)
+    one = cache.get_neuron_results(0, neuron_slice=3, pos_slice=-1)
+    assert one.shape == (batch, d_model)
+    _close(one, cache.get_neuron_results(0)[:, -1, 3])
+
+
 def _guide_table() -> dict[str, dict[str, str]]:
     text = (ROOT / "docs/guides/analysis.md").read_text()
     section = text.split("<!-- lens-table -->")[1]
