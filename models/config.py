@@ -327,16 +327,15 @@ class ModelConfig:
     base_layers: int = 1
     # Classifier pooling: "last" real token (the authors' sequence classifier) or "mean" over real tokens.
     pooling: Literal["last", "mean"] = "last"
-    # The authors' classifier (docs/fidelity.md, "Readout, classifier, embeddings"): each default is ours, the
-    # other value theirs. mixing_centre, MixiT with causal=False: "own" centres each row's noise on its mean
-    # over the keys it sees (rows sum to 1); "causal" divides the row's sum by the causal count i + 1, and
-    # padding or a shorter sequence then cuts the matrices without re-centring them.
-    mixing_centre: Literal["own", "causal"] = "own"
+    # The authors' classifier (docs/fidelity.md, "Readout, classifier, embeddings"). mixing_centre, MixiT with
+    # causal=False: "causal" (theirs, the default: with it MixiT learns SST-2) divides each row's noise sum by the
+    # causal count i + 1, rows not summing to 1, and padding cuts the matrices without re-centring; "own" centres
+    # each row over the keys it sees (rows sum to 1). Each field below: default ours, the other value theirs.
+    mixing_centre: Literal["own", "causal"] = "causal"
     # attend_padding (classifiers): True ignores attention_mask in attention (padding is attended like any
     # token, MixiT's matrices are not re-centred); the pooling still reads only the real tokens.
     attend_padding: bool = False
-    # causal_softmax, causal=False: True keeps softmax and shaped layers causal, only mixing layers see the
-    # whole sequence (theirs under transformers 4.51.3).
+    # causal_softmax, causal=False: True keeps softmax and shaped layers causal (theirs, transformers 4.51.3).
     causal_softmax: bool = False
     # zero_pad_token: a token id (theirs: the pad token) whose row of W_E is zero at init and never trains.
     zero_pad_token: int | None = None
@@ -494,18 +493,21 @@ class ModelConfig:
                f"freeze fewer components")
 
     def unused_fields(self) -> dict[str, str]:
-        """The fields set away from their default that change nothing in this model, each with the models it
-        would change (field_users; pooling, attend_padding: classifiers, base_layers: depth_alpha != 0;
-        zero_pad_token changes every model)."""
-        kinds = {self.layer_attention(i) for i in range(self.n_layers)}
+        """The fields set away from their default that change nothing in this model (inert_fields), with their users."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        unused = {name: field_users(name) for name, uses in FIELD_USE.items()
-                  if not uses(self.spec, kinds) or (self.causal and name in BIDIRECTIONAL_ONLY)}
-        unused.update({"residual_scale": "models with depth_alpha=0 (depth_alpha sets the residual scales)"}
-                      if self.depth_alpha != 0 else {"base_layers": "models with depth_alpha != 0"})
+        return {name: users for name, users in self.inert_fields().items() if getattr(self, name) != defaults[name]}
+
+    def inert_fields(self) -> dict[str, str]:
+        """The fields that change nothing in this model whatever their value, each with the models it would change
+        (field_users; pooling, attend_padding: classifiers; base_layers: depth_alpha != 0)."""
+        kinds = {self.layer_attention(i) for i in range(self.n_layers)}
+        inert = {name: field_users(name) for name, uses in FIELD_USE.items()
+                 if not uses(self.spec, kinds) or (self.causal and name in BIDIRECTIONAL_ONLY)}
+        inert.update({"residual_scale": "models with depth_alpha=0 (depth_alpha sets the residual scales)"}
+                     if self.depth_alpha != 0 else {"base_layers": "models with depth_alpha != 0"})
         if self.n_classes is None:  # only classifiers are run with an attention_mask
-            unused["pooling"] = unused["attend_padding"] = "classifiers (a task with n_classes, such as sentiment)"
-        return {name: users for name, users in unused.items() if getattr(self, name) != defaults[name]}
+            inert["pooling"] = inert["attend_padding"] = "classifiers (a task with n_classes, such as sentiment)"
+        return inert
 
     def check_fields_apply(self) -> None:
         """Refuse a field set away from its default that changes nothing in this model (unused_fields)."""
@@ -561,7 +563,6 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         _check(not unknown, f"unknown model config keys {unknown}; allowed: {sorted(known)}")
         return cls(**data)
-
 
 
 SET_BY_RUN = ("variant", "d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "seed")  # set by TrainConfig and the task

@@ -35,6 +35,7 @@ from training.rundir import (
     SIGNAL_FILE, SPEED_FILE, TUNING_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, run_lock,
     write_json, write_runs_table,
 )
+from training.settings import model_differences
 from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, pool_map, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
@@ -130,8 +131,8 @@ def plan_reproduction(preset: Preset, out: str | Path, text_files: list[str] | N
     runs = [(n, cfg) for n, cfg, _ in grid]
     tuning = plan_tuning(runs, preset.tuning_seeds(), preset.name, tune, tuning_file,
                          frozenset(name for name, study in preset.studies.items() if study.tuning_only))
-    for name, cfg, _ in grid:
-        check_not_stale(out / name, cfg)
+    for name, cfg, model in grid:
+        check_not_stale(out / name, cfg, model)
     return Plan(out, text, runs, {n: model for n, _, model in grid}, tuning)
 
 
@@ -142,17 +143,19 @@ def run_cost(cfg: TrainConfig, n_ctx: int, d_vocab: int) -> float:
     return 6.0 * cfg.steps * cfg.batch_size * n_ctx * (params + layers * n_ctx * d)
 
 
-def check_not_stale(run_dir: Path, cfg: TrainConfig) -> None:
-    """Refuse to reuse a run directory trained with a different configuration (e.g. an edited preset)."""
+def check_not_stale(run_dir: Path, cfg: TrainConfig, model: ModelConfig | None = None) -> None:
+    """Refuse to reuse a run directory trained with a different configuration (an edited preset), or whose saved model
+    differs from `model`, the one its settings build now (a model default changed since it was trained)."""
     try:
         diff = settings_differences(run_dir, cfg)
     except (ValueError, OSError):
         return  # unreadable: the trainer's own check reports it
-    if diff:
-        listed = "; ".join(f"{k}={old!r}, the preset now says {k}={new!r}" for k, old, new in diff)
-        raise SettingsChanged(
-            f"{run_dir} was trained with {listed}; move that directory away or reproduce into another --out"
-        )
+    changed = model_differences(run_dir, model) if model is not None and not diff else []
+    if diff or changed:
+        listed = "; ".join([*(f"{k}={old!r}, the preset now says {k}={new!r}" for k, old, new in diff),
+                            *(f"{k}={old!r} in its model, this version builds {k}={new!r}" for k, old, new in changed)])
+        raise SettingsChanged(f"{run_dir} was trained with {listed}; move that directory away or reproduce into "
+                              "another --out")
 
 
 # --------------------------------------------------------------------------- workers

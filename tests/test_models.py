@@ -153,10 +153,17 @@ def test_mixit_noise_scale_in_stated_range():
 
 
 def test_mixit_bidirectional_matrix_is_full_and_centred():
-    cfg = ModelConfig(variant="mixit", d_model=32, n_layers=1, n_heads=4, n_ctx=12, d_vocab=10, causal=False)
-    A = build_model(cfg).blocks[0].attn.mixing
-    assert torch.count_nonzero(A[1].triu(1)) > 0
-    assert torch.allclose(A[1:].sum(-1), torch.ones(3, 12), atol=1e-5)
+    """Bidirectional rows see every key; "own" rows sum to 1, the default (the authors' "causal") rows are the same
+    noise centred with the causal count i + 1 instead of 12."""
+    own, causal = (build_model(ModelConfig(variant="mixit", d_model=32, n_layers=1, n_heads=4, n_ctx=12, d_vocab=10,
+                                           causal=False, **kw)).blocks[0].attn.mixing
+                   for kw in ({"mixing_centre": "own"}, {}))
+    assert torch.count_nonzero(own[1].triu(1)) > 0
+    assert torch.allclose(own[1:].sum(-1), torch.ones(3, 12), atol=1e-5)
+    # own = I + N - sum/12, causal = I + N - sum/(i + 1): per row a constant shift, none in the last row (i + 1 = 12)
+    shift = causal[1:] - own[1:]
+    assert torch.allclose(shift, shift[..., :1].expand_as(shift), atol=1e-5)
+    assert shift[:, :-1, 0].abs().min() > 0 and shift[:, -1].abs().max() < 1e-5
 
 
 def test_mixit_uses_width_scaling_and_shaped_mlp(tiny_cfg):

@@ -1,5 +1,6 @@
 """`mixit reproduce`: presets, corpus choice, the resumable pipeline end to end, and the report's verdicts."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from models import ModelConfig
 from reproduce.corpora import TextChoice, choose_text
 from reproduce.pipeline import check_not_stale, load_preset, preset_names, preset_runs
 from reproduce.report import INDUCTION_COLUMNS, build_tables, check_findings, corpus_line
@@ -200,6 +202,28 @@ def test_a_run_trained_with_another_config_is_refused(tmp_path):
         check_not_stale(run, cfg)
     (run / "run.json").write_text(json.dumps({"train": cfg.to_dict()}))
     check_not_stale(run, cfg)
+
+
+def test_a_run_whose_saved_model_another_default_built_is_refused(tmp_path):
+    """Same settings, but the saved bidirectional MixiT has the rows of a former default: refused, naming the field.
+    A causal model saved with either value is the same model and is reused."""
+    from models import build_model, save_model
+    from models.checkpoint import RUN_CHECKPOINT_DIR
+
+    cfg = TrainConfig(task="sentiment", variant="mixit", steps=10)
+    for causal, refused in ((False, True), (True, False)):
+        run = tmp_path / f"causal{causal}"
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"train": cfg.to_dict()}))
+        now = ModelConfig(variant="mixit", d_model=16, n_layers=1, n_heads=2, n_ctx=8, d_vocab=20, causal=causal,
+                          n_classes=None if causal else 2)
+        save_model(build_model(dataclasses.replace(now, mixing_centre="own")), run / RUN_CHECKPOINT_DIR)
+        if refused:
+            with pytest.raises(ValueError, match="mixing_centre='own' in its model, this version builds mixing_centre='causal'"):
+                check_not_stale(run, cfg, now)
+        else:
+            check_not_stale(run, cfg, now)
+        check_not_stale(run, cfg, dataclasses.replace(now, mixing_centre="own"))
 
 
 # --------------------------------------------------------------------------- verdicts

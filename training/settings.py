@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from models import ModelConfig
+from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, read_config
 
 from .rundir import RUN_FILE, RunDamaged, is_run_dir, read_run_info
 
@@ -36,6 +37,24 @@ def settings_differences(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, 
     saved = _effective(type(cfg).from_dict(dict(info.train)).to_dict())
     wanted = _effective(cfg.to_dict())
     return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
+
+
+def model_differences(run_dir: str | Path, model: ModelConfig) -> list[tuple[str, Any, Any]]:
+    """(field, value in the run's saved model, value in `model`) for each field in which the model a run directory
+    saved differs from `model`, the one its settings build now; none without a saved model. Settings alone do not
+    say everything: a default that changed since the run was trained (mixing_centre's, for one) changes the model
+    the same settings build. Fields that change nothing in the model (ModelConfig.inert_fields) and the free-form
+    `extra` are not compared."""
+    checkpoint = Path(run_dir) / RUN_CHECKPOINT_DIR
+    if not (checkpoint / CONFIG_FILE).is_file():
+        return []
+    try:
+        saved = read_config(checkpoint).to_dict()
+    except (ValueError, OSError):
+        return []  # damaged: loading it says so
+    skip = {"extra", *model.inert_fields()}
+    wanted = model.to_dict()
+    return [(k, saved.get(k), v) for k, v in wanted.items() if k not in skip and saved.get(k) != v]
 
 
 def _effective(settings: dict[str, Any]) -> dict[str, Any]:
