@@ -44,7 +44,7 @@ from typing import Any, Callable
 from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE
 
 FORMAT = "mixit-lab/analysis"
-ANALYSIS_VERSION = 5  # bump when a definition changes, so cached results are recomputed
+ANALYSIS_VERSION = 6  # bump when a definition changes, so cached results are recomputed
 ANALYSIS_SUBDIR = ANALYSIS_DIR
 ABLATION_METHODS = ("mean", "zero", "none")
 
@@ -102,6 +102,7 @@ class AnalysisContext:
     options: AnalysisOptions
     inputs: Any  # [batch, pos] tokens for attention statistics and signal propagation
     inputs_note: str
+    eval_rows: int = 0  # the eval rows the analyses read: never more than the run held out of training (_eval_rows)
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
 
@@ -204,7 +205,7 @@ def _ablation(ctx: AnalysisContext) -> AnalysisResult:
     from .ablation import head_ablation
 
     # (tokens, mask) for next-token tasks; (tokens, attention mask, labels) for classification tasks.
-    batch = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
+    batch = ctx.task.eval_set(ctx.eval_rows)
     tokens, mask, labels = batch[0], batch[1], (batch[2] if len(batch) > 2 else None)
     r = head_ablation(ctx.model, tokens, mask, ctx.task.metric, method=ctx.options.ablation, labels=labels)
     return AnalysisResult({"ablation": r.table}, {
@@ -221,7 +222,7 @@ def _components_applies(ctx: AnalysisContext) -> str | None:
         return ctx.task_note
     if ctx.task.is_classifier() or ctx.task.needs_corpus:
         return f"component attribution reads answer tokens of the algorithmic tasks, not {ctx.task.name!r}"
-    if min(ctx.options.eval_samples, ctx.task.default_eval_size) < 2:
+    if ctx.eval_rows < 2:
         return "resample ablation needs at least 2 eval rows"
     return None
 
@@ -229,7 +230,7 @@ def _components_applies(ctx: AnalysisContext) -> str | None:
 def _components(ctx: AnalysisContext) -> AnalysisResult:
     from .components import component_effects
 
-    tokens, mask = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))
+    tokens, mask = ctx.task.eval_set(ctx.eval_rows)
     r = component_effects(ctx.model, tokens, mask, ctx.task.metric, seed=ctx.options.seed,
                           memorize_task=ctx.task if _memorizes(ctx.task) else None)
     return AnalysisResult({"components": r.table}, r.summary())
@@ -244,7 +245,7 @@ def _task_induction_applies(ctx: AnalysisContext) -> str | None:
 def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
     from .heads import task_induction_scores
 
-    tokens = ctx.task.eval_set(min(ctx.options.eval_samples, ctx.task.default_eval_size))[0]
+    tokens = ctx.task.eval_set(ctx.eval_rows)[0]
     r = task_induction_scores(ctx.model, ctx.task, tokens)
     ablation = ctx.results.get("ablation")
     return AnalysisResult({"task_induction": r.table}, _task_induction_summary(
@@ -337,7 +338,8 @@ def analyze_checkpoint(
     started = time.perf_counter()
     model = load_model(ref.checkpoint, device=pick_device(device))
     task, task_note = _load_task(ref, model)
-    ctx = AnalysisContext(model, task, task_note, options, *_inputs(model, task, options))
+    eval_rows = _eval_rows(task, ref.run_info(), options)
+    ctx = AnalysisContext(model, task, task_note, options, *_inputs(model, task, options, eval_rows), eval_rows)
     skipped: dict[str, str] = {}
     for analysis in ANALYSES:
         reason = analysis.applies(ctx)
@@ -357,6 +359,7 @@ def analyze_checkpoint(
         "model": model.config.to_dict(),
         "params": model.parameter_counts(),
         "task": info.to_dict().get("task") if info else None,  # run.json's task section, as written
+        "eval_rows": eval_rows if task is not None else None,  # the first rows of the eval set the analyses read
         "computed": list(tables),
         "skipped": skipped,
         "tables": {name: ANALYSIS_TABLE.format(name) for name in tables},
@@ -374,13 +377,23 @@ def analyze_checkpoint(
 
 
 # --------------------------------------------------------------------------- helpers
-def _inputs(model, task, options: AnalysisOptions) -> tuple[Any, str]:
+def _eval_rows(task, info, options: AnalysisOptions) -> int:
+    """How many eval rows the analyses read: options.eval_samples, at most the rows the run held out of training (its
+    eval_samples; all of the eval set for a task that cannot draw an eval row for training, or trains on it)."""
+    if task is None:
+        return 0
+    n = min(options.eval_samples, task.default_eval_size)
+    held_out = (info.train.get("eval_samples") if info is not None else None) or task.default_eval_size
+    return n if task.eval_disjoint or task.eval_is_train else min(n, held_out)
+
+
+def _inputs(model, task, options: AnalysisOptions, eval_rows: int) -> tuple[Any, str]:
     """Inputs [n, pos] for attention statistics and signal propagation, and what they are: the task's eval
-    set, else random tokens."""
+    set (at most its `eval_rows`), else random tokens."""
     from .common import random_tokens
 
     if task is not None:
-        inputs = task.eval_set(min(options.n_seqs, task.default_eval_size))[0]
+        inputs = task.eval_set(min(options.n_seqs, eval_rows))[0]
         return inputs, f"first {inputs.shape[0]} rows of the {task.name} eval set, without a padding mask"
     inputs = random_tokens(model.cfg.d_vocab, options.n_seqs, model.cfg.n_ctx, options.seed)
     return inputs, f"{inputs.shape[0]} random sequences of {model.cfg.n_ctx} tokens"

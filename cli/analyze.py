@@ -38,7 +38,7 @@ def register(subparsers) -> None:
                    help="write results to OUT/NAME/ (default: RUN/analysis/ or CHECKPOINT/analysis/)")
     p.add_argument("--n-seqs", type=int, default=DEFAULTS.n_seqs, help="repeated sequences for head scores; inputs for attention/signal")
     p.add_argument("--seq-len", type=int, default=DEFAULTS.seq_len, help="length of r in the head-score sequences [r, r] (capped at n_ctx/2)")
-    p.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples, help="eval-set rows for head ablation")
+    p.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples, help="eval-set rows for head ablation and components (at most the rows the run held out)")
     p.add_argument("--ablation", choices=ABLATION_METHODS, default=DEFAULTS.ablation, help="head ablation method")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed)
     p.add_argument("--device", default=DEVICE, help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")

@@ -60,6 +60,17 @@ def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
         tuple(r) for r in patching.sort_values("restored", ascending=False)[["layer", "head"]].head(3).values]
 
 
+def test_analyses_read_only_the_rows_the_run_held_out(tmp_path, capsys):
+    """A run that held out 64 eval rows is analysed on those 64 (said in analysis.json), however many are asked for:
+    the rows after them were drawn for training."""
+    run = tiny_run(tmp_path / "ret", "retrieval", {"pairs": 6})
+    code, _, err = run_cli(["analyze", str(run), "--n-seqs", "100", "--eval-samples", "512"], capsys)
+    assert code == 0, err
+    meta = json.loads((run / "analysis" / "analysis.json").read_text())
+    assert meta["eval_rows"] == 64 and meta["summary"]["ablation"]["examples"] == 64
+    assert meta["summary"]["attention"]["inputs"].startswith("first 64 rows")
+
+
 def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_path, capsys):
     from analysis.ablation import ablate_heads
     from training.tasks import get_task
