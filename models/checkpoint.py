@@ -47,7 +47,10 @@ def write_model_files(model: torch.nn.Module, directory: Path) -> None:
     """Write model.safetensors, config.json (with the weights' SHA-256, checked on load) and (if the model has
     one) tokenizer.json into an existing directory."""
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    write_safetensors(state, directory / WEIGHTS_FILE, metadata={"format": FORMAT})
+    # The model the weights belong to, in the weights file too: config.json's hash covers the weights, not the
+    # config, so an edited config.json (another variant, say) is caught on load by comparing the two.
+    write_safetensors(state, directory / WEIGHTS_FILE,
+                      metadata={"format": FORMAT, "model": json.dumps(model.config.to_dict(), sort_keys=True)})
     write_json(
         directory / CONFIG_FILE,
         {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model.config.to_dict(),
@@ -114,10 +117,12 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
         state = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights}: cannot read safetensors file ({e}); it may be truncated") from None
-    expected = json.loads((path / CONFIG_FILE).read_text()).get("weights_sha256")  # absent before it was stored
+    recorded = json.loads((path / CONFIG_FILE).read_text())
+    expected = recorded.get("weights_sha256")  # absent before it was stored
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise CheckpointError(f"{weights}: contents do not match the SHA-256 recorded in {CONFIG_FILE}; "
                               "the file is corrupt (restore it, or retrain)")
+    _check_config_matches_weights(path, config, _weights_metadata(data).get("model"))
     tokenizer = None
     tokenizer_file = path / TOKENIZER_FILE
     if tokenizer_file.is_file():
@@ -126,6 +131,25 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(str(e) if str(tokenizer_file) in str(e) else f"{tokenizer_file}: {e}") from None
     return config, state, tokenizer
+
+
+def _weights_metadata(data: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file's header ({} if it has none)."""
+    length = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + length]).get("__metadata__") or {}
+
+
+def _check_config_matches_weights(path: Path, config: ModelConfig, saved: str | None) -> None:
+    """CheckpointError naming each field in which the model config.json describes differs from the one the weights
+    were saved with (recorded in their metadata since it was stored; the free-form `extra` aside)."""
+    if saved is None:
+        return
+    model, saved_model = json.loads(json.dumps(config.to_dict())), json.loads(saved)
+    changed = sorted(k for k in set(model) | set(saved_model) if k != "extra" and model.get(k) != saved_model.get(k))
+    if changed:
+        listed = ", ".join(f"{k}={model.get(k)!r} (saved as {saved_model.get(k)!r})" for k in changed)
+        raise CheckpointError(f"{path / CONFIG_FILE}: {listed}: the config was edited after the weights were "
+                              "saved; restore it")
 
 
 def check_state(path: str | Path, state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:

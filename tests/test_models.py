@@ -1,3 +1,4 @@
+import hashlib
 import json
 import math
 
@@ -328,6 +329,13 @@ def test_load_errors_name_the_file_and_problem(tiny_cfg, tmp_path):
     cfg["model"]["d_model"] = 64
     cfg["model"]["n_heads"] = 4
     (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"config.json: d_model=64 \(saved as 32\): the config was edited"):
+        load_model(path)
+    weights = path / "model.safetensors"  # weights written before they named their model: the shapes still catch it
+    from safetensors.torch import load_file, save_file
+    save_file(load_file(weights), weights, metadata={"format": "mixit-lab/model"})
+    cfg["weights_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=r"model.safetensors.*shape"):
         load_model(path)
     (path / "config.json").write_text("{not json")
@@ -337,6 +345,19 @@ def test_load_errors_name_the_file_and_problem(tiny_cfg, tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="bogus"):
         load_model(path)
+
+
+def test_a_config_edited_to_another_variant_is_refused_on_load(tiny_cfg, tmp_path):
+    """standard and shaped have the same tensors, so only the weights' record of their model tells them apart."""
+    path = build_model(tiny_cfg("standard")).save_pretrained(tmp_path / "ckpt")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["model"]["variant"] = "shaped"
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"variant='shaped' \(saved as 'standard'\)"):
+        load_model(path)
+    cfg["model"]["variant"], cfg["model"]["extra"] = "standard", {"note": "free-form, may be edited"}
+    (path / "config.json").write_text(json.dumps(cfg))
+    assert load_model(path).config.variant == "standard"
 
 
 def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
