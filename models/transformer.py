@@ -835,6 +835,8 @@ class Transformer(LensWeights, HookedRootModule):
                 if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 1:
                     attention_mask = attention_mask[None]
             if attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.shape == tokens.shape):
+                if attention_mask is not None:
+                    self._check_no_left_padding(attention_mask)
                 return tokens, attention_mask
             if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != tokens.shape:
                 raise ValueError(f"attention_mask must be [batch, pos] = {list(tokens.shape)}, the tokens' shape "
@@ -843,6 +845,7 @@ class Transformer(LensWeights, HookedRootModule):
             if bad.any():
                 raise ValueError(f"attention_mask must be bool or hold only 0 and 1 (1 = real token); got the value "
                                  f"{attention_mask[bad][0].item()} (dtype {attention_mask.dtype})")
+            self._check_no_left_padding(attention_mask.bool())
             return tokens, attention_mask.bool()
         if attention_mask is not None:
             raise ValueError("pass attention_mask only with token tensors; text input builds its own")
@@ -851,6 +854,18 @@ class Transformer(LensWeights, HookedRootModule):
         if (lengths == tokens.shape[1]).all():
             return tokens, None
         return tokens, torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(tokens.device)[:, None]
+
+    def _check_no_left_padding(self, mask: torch.Tensor) -> None:
+        """Refuse a real token after padding (left padding) where positions are absolute: learned W_pos, or MixiT's
+        fixed matrices, index by position from 0, so shifted tokens would be read at other positions. With
+        attend_padding (the authors' classifier) padding is attended as tokens at their positions: allowed."""
+        absolute = not self.config.attend_padding and (self.config.spec.positions == "learned" or any(
+            self.config.layer_attention(i) in ("mixing", "learned") for i in range(self.config.n_layers)))
+        late = mask[:, 1:] & ~mask[:, :-1]
+        if absolute and late.any():
+            row = int(late.any(-1).nonzero()[0])
+            raise ValueError(f"attention_mask row {row} has padding before a real token (left padding); this model's "
+                             "positions are absolute (learned W_pos or fixed mixing matrices): pad on the right")
 
     # ----------------------------------------------------------------- bookkeeping
     def parameter_counts(self) -> dict[str, int]:

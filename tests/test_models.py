@@ -602,7 +602,8 @@ def test_int_and_float_0_1_masks_act_as_the_bool_mask(tiny_cfg, variant, n_class
     tokens = torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(0))
     mask = torch.ones(3, 8, dtype=torch.bool)
     mask[0, 6:] = False  # right padding
-    mask[1, :2] = False  # left padding
+    mask[1, :2 if variant != "mixit" else 0] = False  # left padding (refused where positions are absolute: mixit)
+    mask[2, 3:] = False
     with torch.no_grad():
         expected = model(tokens, attention_mask=mask)
         for other in (mask.long(), mask.int(), mask.float(), mask.to(torch.uint8)):
@@ -627,3 +628,21 @@ def test_bad_attention_masks_are_one_line_value_errors(tiny_cfg):
         model(tokens[0], attention_mask=torch.ones(3, 8, dtype=torch.long))
     with pytest.raises(ValueError, match=r"got shape \[3, 1\]"):
         model.residual_stream(tokens, torch.ones(3, 1, dtype=torch.bool))  # a bool mask is checked as well
+
+
+def test_left_padding_is_refused_where_positions_are_absolute(tiny_cfg):
+    """MixiT's learned W_pos and fixed matrices read a left-padded row's tokens at other positions: refused, naming
+    the row. Right padding is fine; a rotary model takes left padding (its positions are relative)."""
+    tokens = torch.randint(0, 13, (2, 8))
+    left = torch.ones(2, 8, dtype=torch.bool)
+    left[1, :3] = False
+    right = left.flip(-1)
+    mixit, standard = build_model(tiny_cfg("mixit")), build_model(tiny_cfg("standard"))
+    for mask in (left, left.long()):
+        with pytest.raises(ValueError, match="attention_mask row 1 has padding before a real token"):
+            mixit(tokens, attention_mask=mask)
+    mixit(tokens, attention_mask=right)
+    standard(tokens, attention_mask=left)
+    grid = build_model(tiny_cfg("standard", attention=["softmax", "mixing"]))  # rotary, but a mixing layer
+    with pytest.raises(ValueError, match="left padding"):
+        grid.run_with_cache(tokens, attention_mask=left)
