@@ -17,6 +17,8 @@ nn.Embedding's padding_idx row is zero at init and gets no gradient).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn as nn
 
@@ -95,3 +97,26 @@ def hold_frozen_slices(model: nn.Module, optimizer: torch.optim.Optimizer) -> Fr
         return None
     optimizer.register_step_post_hook(lambda *_: frozen.restore())
     return frozen
+
+
+UNIFORM_SCORE_STD = 0.1  # below this, softmax over a few dozen keys stays within ~10% of uniform
+
+
+def frozen_score_std(config: ModelConfig) -> float | None:
+    """About the std of the attention scores at init of an unshaped softmax layer whose W_Q and W_K are both frozen
+    (unit-variance inputs: d_model * qk_init_std^2, the 1/sqrt(d_head) included), or None if no layer is such. Frozen,
+    they stay there: below UNIFORM_SCORE_STD every such head attends about uniformly for the whole run."""
+    std = config.init_std if config.qk_init_std is None else config.qk_init_std
+    frozen = [i for i in range(config.n_layers) if config.layer_attention(i) == "softmax"
+              and all(config.is_frozen(f"blocks.{i}.attn.W_{x}") for x in "QK")]
+    return config.d_model * std**2 if frozen and not config.spec.shaped else None
+
+
+def warn_if_frozen_attention_is_uniform(config: ModelConfig) -> None:
+    """Warn when frozen W_Q/W_K at the default init (qk_init_std unset: init_std, 0.02) keep every softmax head about
+    uniform, as at small widths; a qk_init_std set on purpose (the memorize presets' 0.02) is not warned about."""
+    std = frozen_score_std(config)
+    if config.qk_init_std is None and std is not None and std < UNIFORM_SCORE_STD:
+        warnings.warn(f"frozen W_Q/W_K at qk_init_std={config.init_std:g} (the default) give attention scores of std about {std:.2g} at width "
+                      f"{config.d_model}: every head attends about uniformly, and stays so; the presets use "
+                      f"qk_init_std = 1/sqrt(d_model) (qk_init_std={config.d_model ** -0.5:.3g})", stacklevel=3)

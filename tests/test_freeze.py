@@ -1,8 +1,10 @@
 """Freezing that does what it says: per-layer norms without ln_final, Q apart from K, single heads, one canonical
 spec per model, and one-line errors for bad specs (models/config.py FreezeEntry, models/freeze.py)."""
 
+import dataclasses
 import json
 import re
+import warnings
 
 import pytest
 import torch
@@ -181,3 +183,23 @@ def test_bad_freeze_specs_are_one_line_naming_the_value(bad, needles):
 def test_freezing_every_head_of_a_parameter_freezes_it():
     cfg = ModelConfig(**SHAPE, freeze="v@0.h0,v@0.h1,v@0.h2,v@0.h3")
     assert frozen_names(cfg) == {"blocks.0.attn.W_V", "blocks.0.attn.b_V"} and not build_model(cfg).frozen_masks
+
+
+def test_frozen_qk_at_the_small_init_is_warned_about_as_uniform(tmp_path):
+    """At width 64 the default 0.02 init gives scores of std 0.03: frozen, every head attends about uniformly. 1/sqrt(d_model)
+    gives std 1 and no warning, nor does a qk_init_std set on purpose or a model whose W_Q/W_K train."""
+    from models.freeze import frozen_score_std
+
+    uniform = ModelConfig(variant="frozen_qk", d_model=64, n_layers=1, n_heads=4, n_ctx=12, d_vocab=20)
+    assert frozen_score_std(uniform) == pytest.approx(64 * 0.02**2)
+    assert frozen_score_std(dataclasses.replace(uniform, qk_init_std=0.125)) == pytest.approx(1.0)
+    assert frozen_score_std(dataclasses.replace(uniform, variant="standard")) is None
+    assert frozen_score_std(dataclasses.replace(uniform, variant="standard", freeze=["q", "k@0"])) is not None
+    cfg = TrainConfig(task="retrieval", task_params={"pairs": 2}, variant="frozen_qk", d_model=64, n_layers=1,
+                      n_heads=4, steps=2, batch_size=8, eval_every=2, eval_samples=16)
+    with pytest.warns(UserWarning, match=r"qk_init_std=0.02 \(the default\) give attention scores of std about 0.026"):
+        train(cfg, tmp_path / "a", progress=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="frozen W_Q")
+        train(dataclasses.replace(cfg, model_extra={"qk_init_std": 0.125}), tmp_path / "b", progress=False)
+        train(dataclasses.replace(cfg, model_extra={"qk_init_std": 0.02}), tmp_path / "c", progress=False)  # chosen

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
 from models.files import recover_directory, remove_leftovers
-from models.freeze import hold_frozen_slices
+from models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import derive_seed
 
@@ -306,6 +306,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     """The body of `train`, run while holding the run directory's lock (rank 0)."""
     task, precision = _prepare(cfg, out, resume, device, ranks)
     model_cfg = cfg.model_config(task)
+    warn_if_frozen_attention_is_uniform(model_cfg)
     if resume and (out / RUN_FILE).is_file():
         try:  # the run's corpus and tokenizer are still the ones it began with
             read_run_info(out).check_data(task)
