@@ -70,8 +70,9 @@ class PatchingPairs:
 
 def can_patch(task_or_class) -> bool:
     """Whether `patching_pairs` builds pairs for this task (or task class): retrieval, k-hop (1 hop, checked on
-    the task), or a task of one's own with a `patching_pairs(n, seed)` method."""
-    return task_or_class.name in PATCHABLE or callable(getattr(task_or_class, "patching_pairs", None))
+    the task), or a task of one's own with a `patching_pairs(n, seed)` method (the base Task, which stands for a class
+    not imported, has neither)."""
+    return getattr(task_or_class, "name", None) in PATCHABLE or callable(getattr(task_or_class, "patching_pairs", None))
 
 
 def patching_pairs(task, n: int = 64, seed: int = 0) -> PatchingPairs:

@@ -18,7 +18,7 @@ from analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoi
 from models.checkpoint import CheckpointError
 from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
 
-from .common import CLIError, check_output_dir, input_errors, path_arg
+from .common import CLIError, add_trust_option, check_output_dir, input_errors, path_arg
 
 DEFAULTS = AnalysisOptions()  # the one set of analysis defaults: the options below start here
 DEVICE = inspect.signature(analyze_checkpoint).parameters["device"].default  # "auto"
@@ -32,6 +32,7 @@ def register(subparsers) -> None:
         description="Run every analysis that applies to each checkpoint; results are cached by checkpoint hash.",
     )
     p.set_defaults(handler=cmd_analyze)
+    add_trust_option(p)
     p.add_argument("checkpoints", nargs="+", type=path_arg, metavar="CHECKPOINT",
                    help="run directory (run.json + checkpoint/) or checkpoint directory (config.json + model.safetensors)")
     p.add_argument("--out", type=path_arg, default=None,

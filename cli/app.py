@@ -26,7 +26,7 @@ from pathlib import Path
 
 from explorer.report import LAST_STUDY, default_runs_dir
 
-from .common import EXIT_INTERRUPTED, CLIError, path_arg
+from .common import EXIT_INTERRUPTED, CLIError, add_trust_option, path_arg
 
 DEFAULT_HOST = "127.0.0.1"
 STOP_WAIT_S = 20  # how long a server stopped by Ctrl-C may take to close before it is killed
@@ -46,6 +46,7 @@ def register(subparsers) -> None:
                     "Ctrl-C stops it.",
     )
     p.set_defaults(handler=cmd_app)
+    add_trust_option(p)
     p.add_argument("runs", nargs="?", type=path_arg, default=None, metavar="DIR",
                    help="runs folder, e.g. runs/smoke after `mixit reproduce --preset smoke` (default: the runs of the "
                         "last `mixit reproduce` here)")

@@ -176,3 +176,11 @@ def executor_from_args(args: argparse.Namespace, workers: int):
                                      f"machine, which has {gpus} GPU{'s' * (gpus != 1)}; allowed: 0..{gpus}, or join "
                                      "a cluster with --address")
     return executor
+
+
+def add_trust_option(parser: argparse.ArgumentParser) -> None:
+    """--trust-tasks: the user's consent to import the task code the runs opened name (training.tasks.trust_task_code)."""
+    parser.add_argument("--trust-tasks", action="store_true",
+                        help="import the task code that the runs name (a task of one's own, recorded in run.json), "
+                             "as analyses of its eval rows need; without it none is imported and those are skipped. "
+                             "Only for runs folders whose code you trust")

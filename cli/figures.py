@@ -12,7 +12,7 @@ import sys
 
 from figures import FIGURE_NAMES
 
-from .common import EXIT_FAILED, EXIT_OK, CLIError, check_output_dir, input_errors, path_arg
+from .common import EXIT_FAILED, EXIT_OK, CLIError, add_trust_option, check_output_dir, input_errors, path_arg
 
 
 def register(subparsers) -> None:
@@ -23,6 +23,7 @@ def register(subparsers) -> None:
         description="Draw every figure that the runs in RUNS_DIR have data for; figures without data are skipped.",
     )
     p.set_defaults(handler=cmd_figures)
+    add_trust_option(p)
     p.add_argument("runs_dir", type=path_arg, metavar="RUNS_DIR", help="a directory of runs (e.g. from mixit reproduce)")
     p.add_argument("--out", type=path_arg, default=None, help="output directory (default: figures/out/<preset>)")
     p.add_argument("--only", nargs="+", choices=FIGURE_NAMES, metavar="NAME",

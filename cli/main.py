@@ -25,7 +25,9 @@ from typing import Any, Sequence
 from models import VARIANTS, CheckpointError
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
-from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
+from training.tasks import (
+    TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters, trust_task_code,
+)
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
 from training.optim import SCHEDULES
@@ -509,6 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         args.argv = argv
+        if getattr(args, "trust_tasks", False):  # consent, inherited by the workers and the explorer it starts
+            trust_task_code()
         return args.handler(args)
     except CLIError as e:  # the user's mistake, found before work started (cli.common: the input boundary)
         print(e, file=sys.stderr)

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from .common import (
-    EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, check_output_dir, executor_from_args, input_errors, path_arg,
-    stop_on_sigterm,
+    EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, add_trust_option, check_output_dir, executor_from_args,
+    input_errors, path_arg, stop_on_sigterm,
 )
 
 
@@ -25,6 +25,7 @@ def register(subparsers) -> None:
         "finished runs and analyses, so an interrupted reproduction continues where it stopped.",
     )
     p.set_defaults(handler=cmd_reproduce)
+    add_trust_option(p)
     p.add_argument("--preset", default="quick", metavar="PRESET",
                    help=f"one of {', '.join(preset_names())}, or a preset YAML file (default: quick)")
     p.add_argument("--out", type=path_arg, default=None, help="runs directory (default: runs/PRESET)")
@@ -61,10 +62,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Resolve the preset, its corpora and runs once (every input error before anything trains, --dry-run too),
     then run the pipeline on that plan."""
     from reproduce.pipeline import load_preset, plan_reproduction, reproduce
+    from training.tasks import trust_task_code
     from training.trackers import check_tracker
 
     with input_errors("reproduce"):  # the preset whole (every block), the corpora, runs trained otherwise
         preset = load_preset(args.preset)
+        for spec in preset.task_code():  # the preset names this code: running it is what the user asked for
+            trust_task_code(spec)
         if args.precision is not None:
             preset = preset.with_train(precision=args.precision)
         if args.workers is not None and args.workers < 1:

@@ -285,6 +285,12 @@ class Preset:
         """The corpora ("lm", "sentiment") the studies need."""
         return {s.text for s in self.studies.values() if s.text}
 
+    def task_code(self) -> list[str]:
+        """The import paths of the studies' own tasks ('file.py:Class'): code the preset names, so the user's to run."""
+        names = [next(iter(t)) if isinstance(t, dict) and len(t) == 1 else t
+                 for s in self.studies.values() for t in as_list(s.tasks)]
+        return sorted({n for n in names if isinstance(n, str) and ":" in n})
+
 
 def preset_names() -> list[str]:
     """The presets shipped in reproduce/presets/."""

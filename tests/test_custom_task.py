@@ -16,6 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from training import TASKS, TrainConfig, load_run, train
+from training.tasks import TaskNotTrusted, trust_task_code
+from training.tasks.registry import TRUST_ENV
 
 TASK = "examples.my_task:ReverseTask"
 SMALL = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--batch-size", "32", "--eval-every", "20",
@@ -46,7 +48,7 @@ def reverse_run(tmp_path_factory) -> Path:
     done = _mixit(["train", "--task", TASK, "--length", "3", "--digits", "4", "--steps", "40", *SMALL,
                    "--out", str(run)], cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    done = _mixit(["analyze", str(run), "--n-seqs", "8", "--eval-samples", "32"], cwd=ROOT)
+    done = _mixit(["analyze", str(run), "--n-seqs", "8", "--eval-samples", "32", "--trust-tasks"], cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return run
 
@@ -68,7 +70,8 @@ def test_cli_trains_a_task_of_ones_own_and_a_new_process_analyses_it(reverse_run
 def test_analyze_says_in_one_line_which_module_a_run_needs(reverse_run, tmp_path):
     elsewhere = tmp_path / "elsewhere"  # examples.my_task does not import from here
     elsewhere.mkdir()
-    done = _mixit(["analyze", str(reverse_run), "--out", str(tmp_path / "out"), "--n-seqs", "4"], cwd=elsewhere)
+    done = _mixit(["analyze", str(reverse_run), "--out", str(tmp_path / "out"), "--n-seqs", "4", "--trust-tasks"],
+                  cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     warning = [line for line in done.stderr.splitlines() if "cannot rebuild task" in line]
     assert len(warning) == 1 and "'examples.my_task'" in warning[0] and str(reverse_run) in warning[0]
@@ -77,7 +80,10 @@ def test_analyze_says_in_one_line_which_module_a_run_needs(reverse_run, tmp_path
 
 
 @pytest.mark.slow
-def test_load_run_gives_the_model_with_the_tasks_vocabulary(reverse_run):
+def test_load_run_gives_the_model_with_the_tasks_vocabulary(reverse_run, monkeypatch):
+    with pytest.raises(TaskNotTrusted, match="--trust-tasks, or training.tasks.trust_task_code"):
+        load_run(reverse_run)
+    monkeypatch.setenv(TRUST_ENV, TASK)  # consent to this import path alone
     run = load_run(reverse_run)
     assert type(run.task).__name__ == "ReverseTask" and run.task.params == {"length": 3, "digits": 4}
     assert run.train_config.task == "reverse" and run.model_config == run.model.config
@@ -90,6 +96,7 @@ def test_load_run_gives_the_model_with_the_tasks_vocabulary(reverse_run):
 @pytest.mark.slow
 def test_the_explorer_opens_a_run_of_ones_own_task(reverse_run, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(reverse_run.parent.parent)])
+    monkeypatch.setenv(TRUST_ENV, "1")  # as `mixit app --trust-tasks` sets it
     for view, state in [("Runs", {}), ("Run", {}), ("Attention", {}), ("Heads", {"heads_runs": ["custom/reverse"]}),
                         ("Predict", {})]:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
@@ -121,7 +128,7 @@ def test_bad_task_import_paths_are_one_line_exit_2(registry, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path):
+def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path, monkeypatch):
     from examples.my_task import ReverseTask
     from training import register_task
 
@@ -129,7 +136,9 @@ def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path):
     cfg = TrainConfig(task="reverse", task_params={"length": 3}, d_model=16, n_layers=1, n_heads=2, steps=4,
                       batch_size=16, eval_every=4, eval_samples=16, device="cpu")
     summary = train(cfg, tmp_path / "reverse", progress=False)
-    TASKS.pop("reverse")  # as in a new process: run.json's import path finds the class
+    TASKS.pop("reverse")  # as in a new process: run.json's import path finds the class, with consent
+    monkeypatch.setenv(TRUST_ENV, "")
+    trust_task_code(TASK)
     run = load_run(summary["run_dir"])
     assert isinstance(run.task, ReverseTask) and run.task.params == {"length": 3, "digits": 10}
     assert run.summary["step"] == 4 and "run_dir" not in run.summary  # summary.json itself holds no path
@@ -156,3 +165,37 @@ def test_test_prompt_and_to_str_tokens_work_on_an_algorithmic_run(tmp_path, caps
     assert load_model(run_dir).tokenizer is None
     old = load_run(run_dir)
     assert old.model.to_str_tokens(torch.tensor([1, 10, 11])) == ["1", "+", "="]
+
+
+@pytest.mark.slow
+def test_opening_a_runs_folder_imports_no_task_code_without_consent(tmp_path, monkeypatch):
+    """A runs folder whose task module writes a marker when imported: analyze, figures and every explorer page leave
+    the marker alone (task-specific parts skipped, saying how to consent); --trust-tasks imports it."""
+    folder = tmp_path / "given"
+    folder.mkdir()
+    source = (ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "marker_reverse"')
+    module = folder / "marker_task.py"
+    source = source.replace("from __future__ import annotations\n", "")  # the marker line comes first
+    module.write_text("from pathlib import Path\nPath(__file__).with_name('imported.marker').touch()\n" + source)
+    marker, run = folder / "imported.marker", folder / "runs" / "m"
+    done = _mixit(["train", "--task", f"{module}:ReverseTask", "--length", "3", "--digits", "4", "--steps", "10",
+                   *SMALL, "--out", str(run)], cwd=folder)
+    assert done.returncode == 0 and marker.is_file(), done.stderr  # training it is running it: the user asked
+    marker.unlink()
+    done = _mixit(["analyze", str(run), "--n-seqs", "4"], cwd=folder)
+    assert done.returncode == 0 and not marker.exists(), done.stderr
+    skipped = json.loads((run / "analysis" / "analysis.json").read_text())["skipped"]
+    assert "--trust-tasks" in skipped["ablation"]
+    done = _mixit(["figures", str(run.parent), "--out", str(tmp_path / "figures")], cwd=folder)
+    assert "Traceback" not in done.stderr and not marker.exists(), done.stderr
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(run.parent)])
+    for view in ("Runs", "Run", "Attention", "Heads", "Predict"):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.session_state["view"] = view
+        at.session_state["selected"] = ["m"]
+        at.session_state["heads_runs"] = ["m"]
+        at.run()
+        assert not at.exception and not marker.exists(), (view, [e.value for e in at.exception])
+    done = _mixit(["analyze", str(run), "--n-seqs", "4", "--force", "--trust-tasks"], cwd=folder)
+    assert done.returncode == 0 and marker.is_file(), done.stderr

@@ -28,7 +28,10 @@ from .rundir import (
     read_metric_records, read_run_info,
 )
 from .runinfo import Provenance, RunInfo, TaskInfo
-from .tasks import TASKS, Task, TaskImportError, attach_tokenizer, get_task, is_import_path, task_class
+from .tasks import (
+    TASKS, Task, TaskImportError, TaskNotTrusted, attach_tokenizer, get_task, is_import_path, task_class,
+    task_code_trusted,
+)
 from .trainer import TrainConfig
 
 __all__ = ["Run", "RunRecord", "analysis_summary", "load_run", "read_analysis", "read_run_record", "run_task",
@@ -175,7 +178,8 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
     the token cache beside the run).
 
     A task that is neither built in nor registered in this process is imported from the import path the
-    run recorded (run.json's task.import_path). ValueError (one line, naming the run) if it cannot be.
+    run recorded (run.json's task.import_path), only with the user's consent (training.tasks.trust_task_code;
+    TaskNotTrusted without). ValueError (one line, naming the run) if it cannot be.
     `info`: the run's RunInfo when the caller has read it already.
     """
     run_dir = Path(run_dir)
@@ -184,6 +188,9 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
     info = read_run_info(run_dir) if info is None else info
     name, params = info.train["task"], dict(info.train.get("task_params") or {})
     spec = _task_spec(info)
+    if spec not in TASKS and is_import_path(spec) and not task_code_trusted(spec):
+        raise TaskNotTrusted(f"{run_dir}: task {name!r} is code ({spec}), and opening a run imports none without "
+                             "consent; if you trust it: --trust-tasks, or training.tasks.trust_task_code()")
     try:
         return get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
     except TaskImportError as e:
@@ -198,8 +205,11 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
 def run_task_class(info: RunInfo) -> type[Task]:
     """The Task class of a run (its RunInfo; imported as `run_task` would); the base `Task` when it cannot
     be found: facts such as `needs_corpus` and `is_classifier()` then read as those of an algorithmic task."""
+    spec = _task_spec(info)
+    if spec not in TASKS and is_import_path(spec) and not task_code_trusted(spec):
+        return Task  # not imported without consent (run_task)
     try:
-        return task_class(_task_spec(info))
+        return task_class(spec)
     except ValueError:
         return Task
 

@@ -44,6 +44,31 @@ class TaskImportError(ValueError):
     """A task's import path cannot be imported, or names no Task class."""
 
 
+class TaskNotTrusted(TaskImportError):
+    """A run names task code that opening it would import, and the user has not consented (trust_task_code)."""
+
+
+# --------------------------------------------------------------------------- consent to run a run's task code
+# Opening a runs folder (analysing, drawing, reporting, exploring it) imports the task code a run names only with
+# the user's consent: MIXIT_TRUST_TASKS holds "1" (any) or import paths, one per line. It is an environment variable
+# so that the workers and the explorer's server a command starts inherit it. Code the user names (`mixit train
+# --task file.py:Class`, a preset's study) is theirs to run: the commands that take it add it themselves.
+TRUST_ENV = "MIXIT_TRUST_TASKS"
+
+
+def trust_task_code(spec: str | None = None) -> None:
+    """Consent, for this process and those it starts, to import the task code `spec` (an import path), or any
+    task code a run names (None): do it only for runs folders whose code you trust."""
+    listed = os.environ.get(TRUST_ENV, "")
+    os.environ[TRUST_ENV] = "1" if spec is None or listed == "1" else "\n".join(filter(None, [listed, spec]))
+
+
+def task_code_trusted(spec: str) -> bool:
+    """Whether the user has consented to importing the task code `spec` (trust_task_code)."""
+    listed = os.environ.get(TRUST_ENV, "")
+    return listed == "1" or spec in listed.split("\n")
+
+
 # --------------------------------------------------------------------------- registering
 def register_task(cls: type[Task]) -> type[Task]:
     """Add a Task subclass to `TASKS` under `cls.name`, so that `get_task`, `TrainConfig` and `mixit train`
