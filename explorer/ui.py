@@ -8,6 +8,7 @@ in the Runs table or opened from a finding, shown in the sidebar), "current_run"
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,13 +89,23 @@ def run_message(row: pd.Series) -> str | None:
     return None
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]#!|<>~$])")  # what makes a link, an image, HTML, emphasis, code, maths
+
+
+def plain(text: object) -> str:
+    """Text a runs folder controls (a run's message or name, an error quoting its files) for st.error and the like,
+    which render markdown: every markdown character escaped, so it shows as written and never becomes a link, an
+    image the browser would fetch, or formatting."""
+    return _MARKDOWN.sub(r"\\\1", str(text))
+
+
 def show_stop_message(row: pd.Series) -> None:
     """A diverged or failed run's message, as an error."""
     message = run_message(row)
     if row["status"] == "diverged":
-        st.error(f"Training diverged: {message or 'see its summary.json'}")
+        st.error(f"Training diverged: {plain(message) if message else 'see its summary.json'}")
     elif row["status"] == "error":
-        st.error(f"Training failed: {message or 'see its summary.json'}")
+        st.error(f"Training failed: {plain(message) if message else 'see its summary.json'}")
 
 
 def selected_ids(runs: pd.DataFrame) -> list[str]:
@@ -126,7 +137,7 @@ def pick_run(runs: pd.DataFrame, key: str, label: str = "Run", need_checkpoint: 
     st.session_state["current_run"] = choice
     row = runs[runs["run"] == choice].iloc[0]
     if row["status"] == "corrupt":
-        st.error(f"This run is damaged and cannot be read: {row['error']}")
+        st.error(f"This run is damaged and cannot be read: {plain(row['error'])}")
         return None
     return row
 
@@ -136,7 +147,7 @@ def load_model_or_error(root: Path, row: pd.Series):
     try:
         return cached_model(str(root), row["path"], ex.checkpoint_stamp(root, row["path"]))
     except Exception as e:  # a half-written or corrupt checkpoint must not take the app down
-        st.error(f"Cannot load the model of {row['run']}: {e}")
+        st.error(f"Cannot load the model of {plain(row['run'])}: {plain(e)}")
         return None
 
 
@@ -145,7 +156,7 @@ def task_or_none(root: Path, row: pd.Series):
     try:
         return ex.run_task(root, row["path"])
     except (ValueError, OSError) as e:
-        st.warning(f"The task of {row['run']} cannot be rebuilt ({e}); type token ids instead.")
+        st.warning(f"The task of {plain(row['run'])} cannot be rebuilt ({plain(e)}); type token ids instead.")
         return None
 
 

@@ -470,16 +470,19 @@ def test_the_last_study_names_the_report_when_the_manifest_does_not(explorer_run
 
 
 def test_a_diverged_run_shows_its_message(app, explorer_runs, tmp_path):
+    """The message shows as written: markdown in it (an image the browser would fetch) is escaped, not rendered."""
     run = tmp_path / "retrieval" / "diverged"
     shutil.copytree(explorer_runs["standard"], run)
     summary = json.loads((run / "summary.json").read_text())
-    summary.update(status="diverged", message="loss is nan at step 12; the checkpoint of step 10 is kept")
+    image = "![x](http://example.invalid/i.png)"
+    summary.update(status="diverged", message=f"loss is nan at step 12; the checkpoint of step 10 is kept {image}")
     (run / "summary.json").write_text(json.dumps(summary))
     at = app(tmp_path, page="Runs")
-    assert "retrieval/diverged`: diverged: loss is nan at step 12" in texts(at.warning)
+    assert "retrieval/diverged: diverged: loss is nan at step 12" in texts(at.warning)
+    assert image not in texts(at.warning) and "\\!\\[x\\](http" in texts(at.warning)
     assert table(at, "run", "message")["message"].iloc[0].startswith("loss is nan at step 12")
     at = app(tmp_path, page="Run", selected=["retrieval/diverged"])
-    assert "Training diverged: loss is nan at step 12" in texts(at.error)
+    assert "Training diverged: loss is nan at step 12" in texts(at.error) and image not in texts(at.error)
 
 
 # --------------------------------------------------------------------------- mixit app

@@ -81,7 +81,7 @@ def score_tables(root: Path, rows: dict[str, pd.Series], step: int | None) -> tu
     steps: dict[str, int | None] = {}
     for run, row in rows.items():
         if row["status"] == "corrupt":
-            st.error(f"{run} cannot be read: {row['error']}")
+            st.error(f"{ui.plain(run)} cannot be read: {ui.plain(row['error'])}")
             continue
         steps[run] = step if step is not None and step in ex.kept_steps(root, row["path"]) else None
         if step is not None and steps[run] is None:
@@ -90,9 +90,9 @@ def score_tables(root: Path, rows: dict[str, pd.Series], step: int | None) -> tu
             with st.spinner(f"Head scores of {run}..."):
                 tables[run] = head_table(root, row, steps[run])
         except ex.NoHeadScores as e:  # a context too short for repeated sequences: nothing is wrong
-            st.info(f"No head scores for {run}: {e}")
+            st.info(f"No head scores for {ui.plain(run)}: {ui.plain(e)}")
         except Exception as e:  # a broken checkpoint: an error on this run only
-            st.error(f"No head scores for {run}: {e}")
+            st.error(f"No head scores for {ui.plain(run)}: {ui.plain(e)}")
     return tables, {run: steps[run] for run in tables}
 
 

@@ -77,7 +77,7 @@ def config_tab(root: Path, row: pd.Series) -> None:
     try:
         info = ex.read_run_info(root, row["path"])
     except (ValueError, OSError) as e:
-        st.error(str(e))
+        st.error(ui.plain(e))
         return
     st.subheader("Training")
     st.json(info.get("train", {}), expanded=True)

@@ -38,8 +38,8 @@ def counts(runs: pd.DataFrame) -> None:
                    help="damaged runs: a run.json or summary.json that cannot be read")
     bad = runs[runs["status"].isin(["corrupt", "error", "diverged"])]
     if len(bad):
-        st.warning("\n".join(f"- `{row['run']}`: {_shown_status(row['status'])}: "
-                             f"{ui.run_message(row) or 'see its summary.json'}" for _, row in bad.iterrows()))
+        st.warning("\n".join(f"- {ui.plain(row['run'])}: {_shown_status(row['status'])}: "
+                             f"{ui.plain(ui.run_message(row) or 'see its summary.json')}" for _, row in bad.iterrows()))
 
 
 def _shown_status(status: str) -> str:
