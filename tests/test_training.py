@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -478,3 +479,15 @@ def test_an_unknown_sampling_or_epochs_on_an_endless_task_is_refused(fields, mes
     with pytest.raises(ValueError, match=message):
         train(TrainConfig(**{**TINY, "steps": 2, **fields}), tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_a_run_whose_gradient_stays_zero_is_flagged(tmp_path):
+    """init_std=1e6 saturates every softmax and norm: the gradient is 0 from step 1 and nothing moves. The run
+    finishes, but its summary and a warning say nothing trained, naming the options that set the first step."""
+    cfg = TrainConfig(task="retrieval", task_params={"pairs": 2}, d_model=16, n_layers=1, n_heads=2, steps=4,
+                      batch_size=8, eval_every=4, eval_samples=16, log_every=2, model_extra={"init_std": 1e6})
+    with pytest.warns(UserWarning, match="gradient was 0 at every logged step: nothing trained; check .*init_std=1e"):
+        summary = train(cfg, tmp_path / "flat", progress=False)
+    assert summary["status"] == "finished" and "nothing trained" in summary["message"]
+    fine = train(dataclasses.replace(cfg, model_extra={}), tmp_path / "fine", progress=False)
+    assert "message" not in fine

@@ -21,6 +21,7 @@ import dataclasses
 import math
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +360,7 @@ class _Loop:
         # what a checkpoint carries (set by _start_or_resume): the step, the seconds and best eval accuracy so far,
         # and the training loss summed over the steps since the last log
         self.step, self.elapsed_before, self.best_acc = 0, 0.0, None
+        self.moved = False  # a logged step had a nonzero gradient (else the finished run is flagged: nothing trained)
         self.window_loss, self.window_n = 0.0, 0
         # this session's counters
         self.train_time, self.train_tokens, self.t_start = 0.0, 0, 0.0
@@ -483,7 +485,7 @@ class _Loop:
             "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
             "elapsed_s": self._elapsed(),
         }
-        self.window_loss, self.window_n = 0.0, 0
+        self.window_loss, self.window_n, self.moved = 0.0, 0, self.moved or record["grad_norm"] > 0
         if is_eval:
             record.update(_eval_metrics(self.model, self.task, self.eval_batch, self.cfg, self.precision))
             if self.tune_batch is not None:  # the tuning set's loss and accuracy, as tune_loss and tune_acc
@@ -552,6 +554,10 @@ class _Loop:
             "processes": self.ranks.size,
             "backend": self.ranks.backend,
         }
+        if not self.moved:  # finished, yet nothing trained: said in summary.json and as a warning
+            summary["message"] = ("the gradient was 0 at every logged step: nothing trained; check "
+                                  + first_step_options(self.cfg.lr, self.cfg.model_extra))
+            warnings.warn(f"{self.out}: {summary['message']}", stacklevel=2)
         if self.ranks.main:
             write_json(self.out / SUMMARY_FILE, summary)
         if self.track is not None:
