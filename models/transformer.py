@@ -501,6 +501,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    # hook_resid_post is the one residual stream the next block (or ln_final) reads: what TransformerLens's logit lens
+    # asks of a block before it reads the stack through the final norm and W_U.
+    hook_out_is_single_residual_stream = True
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)

@@ -51,6 +51,8 @@ UTILITIES = [
     "get_full_resid_decomposition, accumulated_bias",
     "apply_ln_to_stack",
     "logit_attrs, tokens_to_residual_directions",
+    "direct logit attribution (pos_slice=-1, apply_ln_to_stack, einsum)",
+    "logit_lens",
     "stop_at_layer",
     "get_act_patch_direct_path",
 ]
@@ -290,6 +292,24 @@ def check_logit_attrs(model, tokens, logits, cache):
         _close(diff.sum(0) + model.b_U[answer] - model.b_U[wrong], want)
 
 
+def check_tutorial_dla(model, tokens, logits, cache):
+    """The tutorials' idiom: each row's logit-difference direction, the full stack at pos_slice=-1 through
+    apply_ln_to_stack, an einsum over d_model; the components and b_U give each row's logit difference."""
+    rows, answer, wrong = torch.arange(3), tokens[:, -1], (tokens[:, -1] + 1) % 17
+    directions = model.tokens_to_residual_directions(answer) - model.tokens_to_residual_directions(wrong)
+    stack = cache.apply_ln_to_stack(cache.get_full_resid_decomposition(pos_slice=-1), layer=-1, pos_slice=-1)
+    per_component = torch.einsum("c b d, b d -> c b", stack, directions)
+    want = logits[rows, -1, answer] - logits[rows, -1, wrong]
+    _close(per_component.sum(0) + model.b_U[answer] - model.b_U[wrong], want)
+
+
+def check_logit_lens(model, tokens, logits, cache):
+    """cache.logit_lens(): the accumulated stream through the final norm and W_U; its last entry is the logits."""
+    lens = cache.logit_lens(positions=-1)
+    assert lens.labels[-1] == "final_post"
+    _close(lens.values[-1], logits[:, -1])
+
+
 def check_stop(model, tokens, logits, cache):
     with torch.no_grad():
         for layer in range(2):
@@ -339,6 +359,8 @@ CHECKS = {
     "get_full_resid_decomposition, accumulated_bias": check_full,
     "apply_ln_to_stack": check_apply_ln,
     "logit_attrs, tokens_to_residual_directions": check_logit_attrs,
+    "direct logit attribution (pos_slice=-1, apply_ln_to_stack, einsum)": check_tutorial_dla,
+    "logit_lens": check_logit_lens,
     "stop_at_layer": check_stop,
     "get_act_patch_direct_path": check_direct_path,
 }
