@@ -125,6 +125,10 @@ def test_bad_task_import_paths_are_one_line_exit_2(registry, tmp_path, capsys):
         assert main(["train", "--task", spec, "--out", str(tmp_path / "run")]) == 2
         err = capsys.readouterr().err
         assert err.startswith("mixit train: error: --task: ") and message in err and err.count("\n") == 1, err
+    exits = tmp_path / "exits.py"  # a module that ends the process when imported: one line, exit 2, not 0
+    exits.write_text("import sys\nsys.exit(0)\n")
+    assert main(["train", "--task", f"{exits}:Task", "--out", str(tmp_path / "run")]) == 2
+    assert "(SystemExit: 0)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

@@ -197,7 +197,7 @@ def _import_module(name: str) -> types.ModuleType:
         sys.path.insert(0, cwd)
     try:
         return importlib.import_module(name)
-    except Exception as e:  # the module's own errors too: one line, naming it
+    except (Exception, SystemExit) as e:  # the module's own errors (and a sys.exit in it) too: one line, naming it
         raise TaskImportError(f"cannot import task module {name!r} ({type(e).__name__}: {e}); make it importable "
                               f"from the current directory ({cwd}) or install it, or give path/to/file.py:Class") from None
 
@@ -216,7 +216,7 @@ def _import_file(path: str) -> types.ModuleType:
     _FILE_MODULES[name] = file
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a sys.exit(0) in the file must not end the command as if it had worked
         del sys.modules[name], _FILE_MODULES[name]
         raise TaskImportError(f"cannot import task file {path!r} ({type(e).__name__}: {e})") from None
     return module
