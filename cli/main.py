@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from models import VARIANTS, CheckpointError
+from models.transformer import check_fits_in_memory
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
 from training.tasks import (
@@ -360,7 +361,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         # Validate the task, the model shape and the tracker before writing the run directory
         # (the token cache is where train() looks for it).
         task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
-        cfg.model_config(task).check_fields_apply()  # a model option that changes nothing is refused, not recorded
+        model_cfg = cfg.model_config(task)
+        model_cfg.check_fields_apply()  # a model option that changes nothing is refused, not recorded
+        check_fits_in_memory(model_cfg)  # before the model is built
         if args.eval_samples is not None and task.held_out_size is not None and args.eval_samples > task.held_out_size:
             raise ValueError(f"--eval-samples={args.eval_samples} is more than the {task.held_out_size} rows task "
                              f"{task.name!r} holds out here; allowed: 1..{task.held_out_size}")

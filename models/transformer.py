@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -596,6 +597,27 @@ class Classifier(nn.Module):
         return affine(self.hook_pooled(pooled), self.W_C, self.b_C, self.mult)
 
 
+def model_bytes(config: ModelConfig) -> int:
+    """About the bytes of a model's fp32 parameters and buffers (embeddings, blocks, readout, MixiT's matrices)."""
+    d, mlp, layers = config.d_model, config.d_mlp or 4 * config.d_model, config.n_layers
+    readout = config.d_vocab if config.n_classes is None else config.n_classes
+    params = (config.d_vocab + config.n_ctx + readout) * d + layers * (4 * d * d + 3 * d * mlp)
+    return 4 * (params + layers * config.n_heads * config.n_ctx**2)
+
+
+def check_fits_in_memory(config: ModelConfig) -> None:
+    """ValueError naming the sizes when the model alone would not fit in this machine's memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return  # unknown here (not POSIX): let the allocator decide
+    need = model_bytes(config)
+    if need > memory:
+        raise ValueError(f"a model of d_model={config.d_model}, n_layers={config.n_layers}, d_vocab={config.d_vocab}, "
+                         f"n_ctx={config.n_ctx} needs about {need / 2**30:,.0f} GiB for its weights alone, more than "
+                         f"this machine's {memory / 2**30:,.0f} GiB; choose smaller sizes")
+
+
 class Transformer(LensWeights, HookedRootModule):
     """The study's decoder. `model(tokens)` maps int64 [batch, pos] to logits [batch, pos, d_vocab].
 
@@ -607,6 +629,7 @@ class Transformer(LensWeights, HookedRootModule):
     """
 
     def __init__(self, config: ModelConfig):
+        check_fits_in_memory(config)  # before any tensor: an impossible size is one line, not an allocator error
         super().__init__()
         self.config = config
         spec = config.spec

@@ -182,6 +182,9 @@ CASES = [
                                            *SMALL], "sampling='epochs' needs a task whose training set is finite"),
     ("an unknown sampling", ["train", "--task", "memorize", "--sampling", "shuffled", "--out", "{tmp}/r", *SMALL],
      "--sampling: invalid choice: 'shuffled'"),
+    ("a model larger than the machine", ["train", "--task", "addition", "--d-model", "1048576", "--n-heads", "4",
+                                         "--steps", "1", "--out", "{tmp}/r"],
+     "a model of d_model=1048576, n_layers=2, d_vocab="),
 ]
 if Path("/proc/self").is_dir():
     CASES.append(("a run into /proc", ["train", "--task", "addition", "--out", "/proc/mixit-run", *SMALL],
