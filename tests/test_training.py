@@ -491,3 +491,19 @@ def test_a_run_whose_gradient_stays_zero_is_flagged(tmp_path):
     assert summary["status"] == "finished" and "nothing trained" in summary["message"]
     fine = train(dataclasses.replace(cfg, model_extra={}), tmp_path / "fine", progress=False)
     assert "message" not in fine
+
+
+def test_sweep_workers_share_the_threads_omp_num_threads_allows(monkeypatch):
+    """A shared machine's OMP_NUM_THREADS caps a sweep's workers as it caps mixit train: never cores // workers above
+    it (which oversubscribed the machine 11-15x)."""
+    import os
+
+    from training.pool import threads_per_worker
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads_per_worker(1) == cores and threads_per_worker(cores * 4) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads_per_worker(1) == 1 and threads_per_worker(2) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(2 * cores))  # more than the machine has: the cores decide
+    assert threads_per_worker(1) == cores

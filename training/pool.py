@@ -33,8 +33,13 @@ def _set_threads(threads: int) -> None:
 
 
 def threads_per_worker(workers: int) -> int:
-    """Torch threads for each of `workers` processes sharing this machine's cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
+    """Torch threads for each of `workers` processes sharing the cores this process may use: the CPUs it may run on,
+    at most OMP_NUM_THREADS when set (a shared machine's limit, which mixit train honours too)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if limit.isdigit() and int(limit) > 0:
+        cores = min(cores, int(limit))
+    return max(1, cores // max(1, workers))
 
 
 class WorkerDied(RuntimeError):
