@@ -28,6 +28,7 @@ FORMAT = "mixit-lab/model"
 # 2 added the config fields bias, unembed_bias, scaled_readout, width_scaled_temperature and pooling;
 # a version-1 config means LEGACY_DEFAULTS for them.
 FORMAT_VERSION = 2
+METADATA_KEY = "mixit-lab"  # model.safetensors' metadata: {"format": FORMAT, "model": the config}, as JSON
 # What a config written before these fields existed meant (checkpoint format_version 1): trained
 # biases everywhere, an unscaled readout, shaped scores divided by sqrt(d_head) only, mean pooling.
 LEGACY_DEFAULTS: dict[str, Any] = {
@@ -48,9 +49,10 @@ def write_model_files(model: torch.nn.Module, directory: Path) -> None:
     one) tokenizer.json into an existing directory."""
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     # The model the weights belong to, in the weights file too: config.json's hash covers the weights, not the
-    # config, so an edited config.json (another variant, say) is caught on load by comparing the two.
-    write_safetensors(state, directory / WEIGHTS_FILE,
-                      metadata={"format": FORMAT, "model": json.dumps(model.config.to_dict(), sort_keys=True)})
+    # config, so an edited config.json (another variant, say) is caught on load by comparing the two. One metadata
+    # key: safetensors writes several in an order that changes from process to process, and the bytes must not.
+    record = json.dumps({"format": FORMAT, "model": model.config.to_dict()}, sort_keys=True)
+    write_safetensors(state, directory / WEIGHTS_FILE, metadata={METADATA_KEY: record})
     write_json(
         directory / CONFIG_FILE,
         {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model.config.to_dict(),
@@ -122,7 +124,7 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise CheckpointError(f"{weights}: contents do not match the SHA-256 recorded in {CONFIG_FILE}; "
                               "the file is corrupt (restore it, or retrain)")
-    _check_config_matches_weights(path, config, _weights_metadata(data).get("model"))
+    _check_config_matches_weights(path, config, _weights_metadata(data).get(METADATA_KEY))
     tokenizer = None
     tokenizer_file = path / TOKENIZER_FILE
     if tokenizer_file.is_file():
@@ -144,7 +146,7 @@ def _check_config_matches_weights(path: Path, config: ModelConfig, saved: str | 
     were saved with (recorded in their metadata since it was stored; the free-form `extra` aside)."""
     if saved is None:
         return
-    model, saved_model = json.loads(json.dumps(config.to_dict())), json.loads(saved)
+    model, saved_model = json.loads(json.dumps(config.to_dict())), json.loads(saved)["model"]
     changed = sorted(k for k in set(model) | set(saved_model) if k != "extra" and model.get(k) != saved_model.get(k))
     if changed:
         listed = ", ".join(f"{k}={model.get(k)!r} (saved as {saved_model.get(k)!r})" for k in changed)
