@@ -119,8 +119,7 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
         state = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights}: cannot read safetensors file ({e}); it may be truncated") from None
-    recorded = json.loads((path / CONFIG_FILE).read_text())
-    expected = recorded.get("weights_sha256")  # absent before it was stored
+    expected = json.loads((path / CONFIG_FILE).read_text()).get("weights_sha256")  # absent before it was stored
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise CheckpointError(f"{weights}: contents do not match the SHA-256 recorded in {CONFIG_FILE}; "
                               "the file is corrupt (restore it, or retrain)")

@@ -107,8 +107,8 @@ def frozen_score_std(config: ModelConfig) -> float | None:
     (unit-variance inputs: d_model * qk_init_std^2, the 1/sqrt(d_head) included), or None if no layer is such. Frozen,
     they stay there: below UNIFORM_SCORE_STD every such head attends about uniformly for the whole run."""
     std = config.init_std if config.qk_init_std is None else config.qk_init_std
-    frozen = [i for i in range(config.n_layers) if config.layer_attention(i) == "softmax"
-              and all(config.is_frozen(f"blocks.{i}.attn.W_{x}") for x in "QK")]
+    frozen = any(config.layer_attention(i) == "softmax"
+                 and all(config.is_frozen(f"blocks.{i}.attn.W_{x}") for x in "QK") for i in range(config.n_layers))
     return config.d_model * std**2 if frozen and not config.spec.shaped else None
 
 
@@ -117,6 +117,7 @@ def warn_if_frozen_attention_is_uniform(config: ModelConfig) -> None:
     uniform, as at small widths; a qk_init_std set on purpose (the memorize presets' 0.02) is not warned about."""
     std = frozen_score_std(config)
     if config.qk_init_std is None and std is not None and std < UNIFORM_SCORE_STD:
-        warnings.warn(f"frozen W_Q/W_K at qk_init_std={config.init_std:g} (the default) give attention scores of std about {std:.2g} at width "
-                      f"{config.d_model}: every head attends about uniformly, and stays so; the presets use "
-                      f"qk_init_std = 1/sqrt(d_model) (qk_init_std={config.d_model ** -0.5:.3g})", stacklevel=3)
+        warnings.warn(f"frozen W_Q/W_K at qk_init_std={config.init_std:g} (the default) give attention scores of std "
+                      f"about {std:.2g} at width {config.d_model}: every head attends about uniformly, and stays so; "
+                      f"the presets use qk_init_std = 1/sqrt(d_model) (qk_init_std={config.d_model ** -0.5:.3g})",
+                      stacklevel=3)

@@ -749,6 +749,8 @@ class Transformer(LensWeights, HookedRootModule):
         """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward);
         with stop_at_layer, the (unnormalized) stream entering that block."""
         tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)  # after forward's: only checks
+        if attention_mask is not None:  # every forward pass comes here once
+            self._check_no_left_padding(attention_mask)
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"tokens must be an integer tensor [batch, pos]; got dtype={tokens.dtype}, shape={tuple(tokens.shape)}"
@@ -862,8 +864,6 @@ class Transformer(LensWeights, HookedRootModule):
                 if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 1:
                     attention_mask = attention_mask[None]
             if attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.shape == tokens.shape):
-                if attention_mask is not None:
-                    self._check_no_left_padding(attention_mask)
                 return tokens, attention_mask
             if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != tokens.shape:
                 raise ValueError(f"attention_mask must be [batch, pos] = {list(tokens.shape)}, the tokens' shape "
@@ -872,7 +872,6 @@ class Transformer(LensWeights, HookedRootModule):
             if bad.any():
                 raise ValueError(f"attention_mask must be bool or hold only 0 and 1 (1 = real token); got the value "
                                  f"{attention_mask[bad][0].item()} (dtype {attention_mask.dtype})")
-            self._check_no_left_padding(attention_mask.bool())
             return tokens, attention_mask.bool()
         if attention_mask is not None:
             raise ValueError("pass attention_mask only with token tensors; text input builds its own")
@@ -886,10 +885,12 @@ class Transformer(LensWeights, HookedRootModule):
         """Refuse a real token after padding (left padding) where positions are absolute: learned W_pos, or MixiT's
         fixed matrices, index by position from 0, so shifted tokens would be read at other positions. With
         attend_padding (the authors' classifier) padding is attended as tokens at their positions: allowed."""
-        absolute = not self.config.attend_padding and (self.config.spec.positions == "learned" or any(
-            self.config.layer_attention(i) in ("mixing", "learned") for i in range(self.config.n_layers)))
+        cfg = self.config
+        if cfg.attend_padding or not (cfg.spec.positions == "learned" or any(
+                cfg.layer_attention(i) in ("mixing", "learned") for i in range(cfg.n_layers))):
+            return  # relative positions (rotary), or padding attended as tokens: nothing to check
         late = mask[:, 1:] & ~mask[:, :-1]
-        if absolute and late.any():
+        if late.any():
             row = int(late.any(-1).nonzero()[0])
             raise ValueError(f"attention_mask row {row} has padding before a real token (left padding); this model's "
                              "positions are absolute (learned W_pos or fixed mixing matrices): pad on the right")

@@ -188,7 +188,7 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
     info = read_run_info(run_dir) if info is None else info
     name, params = info.train["task"], dict(info.train.get("task_params") or {})
     spec = _task_spec(info)
-    if spec not in TASKS and is_import_path(spec) and not task_code_trusted(spec):
+    if _needs_consent(spec):
         raise TaskNotTrusted(f"{run_dir}: task {name!r} is code ({spec}), and opening a run imports none without "
                              "consent; if you trust it: --trust-tasks, or training.tasks.trust_task_code()")
     try:
@@ -206,12 +206,17 @@ def run_task_class(info: RunInfo) -> type[Task]:
     """The Task class of a run (its RunInfo; imported as `run_task` would); the base `Task` when it cannot
     be found: facts such as `needs_corpus` and `is_classifier()` then read as those of an algorithmic task."""
     spec = _task_spec(info)
-    if spec not in TASKS and is_import_path(spec) and not task_code_trusted(spec):
+    if _needs_consent(spec):
         return Task  # not imported without consent (run_task)
     try:
         return task_class(spec)
     except ValueError:
         return Task
+
+
+def _needs_consent(spec: str) -> bool:
+    """Whether building task `spec` would import code the user has not consented to (trust_task_code)."""
+    return spec not in TASKS and is_import_path(spec) and not task_code_trusted(spec)
 
 
 def _task_spec(info: RunInfo) -> str:
