@@ -104,6 +104,41 @@ class LensWeights:
                               "final residual stream")
         return self.unembed
 
+    # ------------------------------------------------------------------ folding the norms (HookedTransformer's fold_ln)
+    @torch.no_grad()
+    def fold_layer_norm(self):
+        """Fold every norm's weight into the matrices that read the norm's output, in place, and set the weight to 1:
+        ln1 into W_Q, W_K, W_V; ln2 into W_gate, W_in; ln_final into W_U (a classifier's W_C). The model computes the
+        same function (to float rounding), and the idioms that assume folded norms, `cache.apply_ln_to_stack(stack)
+        @ model.W_U` first, become exact. Returns the model. Fold a copy to keep the checkpoint's weights as trained."""
+        for block in self.blocks:
+            for w, matrices in ((block.ln1.w, [getattr(block.attn, n) for n in ("W_Q", "W_K", "W_V")
+                                               if hasattr(block.attn, n)]),
+                                (block.ln2.w, [block.mlp.W_gate, block.mlp.W_in])):
+                for W in matrices:  # [head, d_model, d_head] or [d_model, d_mlp]: scale the d_model rows
+                    W.mul_(w[:, None])
+                w.fill_(1.0)
+        readout = self.classifier.W_C if hasattr(self, "classifier") else self.unembed.W_U  # [d_model, ...]
+        readout.mul_(self.ln_final.w[:, None])
+        self.ln_final.w.fill_(1.0)
+        return self
+
+    def process_weights_(self, fold_ln: bool = True, center_writing_weights: bool = True, center_unembed: bool = True,
+                         refactor_factored_attn_matrices: bool = False):
+        """HookedTransformer.process_weights_: fold_ln folds the norm weights (fold_layer_norm). Centering the writing
+        weights or the unembedding is exact only under LayerNorm, which subtracts the mean; these models' RMSNorm does
+        not, so it is skipped with a warning, as TransformerLens skips it for its RMSNorm models. Refactoring the
+        factored attention matrices is refused (LensRefusal). Returns the model."""
+        import warnings
+
+        if refactor_factored_attn_matrices:
+            raise LensRefusal("refactor_factored_attn_matrices is not offered: fold the norms, then read QK/OV "
+                              "(or QK_at for rotary models)")
+        if center_writing_weights or center_unembed:
+            warnings.warn("RMSNorm does not subtract the mean, so centering the writing weights or the unembedding "
+                          "would change the model: skipped (as TransformerLens skips it without LayerNorm)", stacklevel=2)
+        return self.fold_layer_norm() if fold_ln else self
+
     # ------------------------------------------------------------------ stacked attention and MLP weights
     def _stacked(self, part: str, name: str) -> torch.Tensor:
         """blocks[l].{part}.{name} times the multiplier the forward applies to it, stacked over layers."""

@@ -7,6 +7,7 @@ compares what a utility gives with what the forward pass computed.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -53,6 +54,7 @@ UTILITIES = [
     "logit_attrs, tokens_to_residual_directions",
     "direct logit attribution (pos_slice=-1, apply_ln_to_stack, einsum)",
     "logit_lens",
+    "process_weights_(fold_ln=True), then apply_ln_to_stack(stack) @ W_U",
     "stop_at_layer",
     "get_act_patch_direct_path",
 ]
@@ -310,6 +312,22 @@ def check_logit_lens(model, tokens, logits, cache):
     _close(lens.values[-1], logits[:, -1])
 
 
+def check_fold(model, tokens, logits, cache):
+    """The norm weights folded into a copy (HookedTransformer's process_weights_): the same logits, and the stack
+    through apply_ln_to_stack and W_U (with b_U) gives them, which the unfolded weights miss."""
+    stack = cache.apply_ln_to_stack(cache.decompose_resid(), layer=-1)
+    assert (stack.sum(0) @ model.W_U + model.b_U - logits).abs().max() > 1e-2  # unfolded: the idiom is off
+    folded = copy.deepcopy(model)
+    with pytest.warns(UserWarning, match="RMSNorm does not subtract the mean"):
+        assert folded.process_weights_() is folded
+    with torch.no_grad():
+        folded_logits, folded_cache = folded.run_with_cache(tokens)
+    _close(folded_logits, logits)
+    stack = folded_cache.apply_ln_to_stack(folded_cache.decompose_resid(), layer=-1)
+    _close(stack.sum(0) @ folded.W_U + folded.b_U, logits)
+    assert all(bool((m.w == 1).all()) for name, m in folded.named_modules() if name.endswith(("ln1", "ln2", "ln_final")))
+
+
 def check_stop(model, tokens, logits, cache):
     with torch.no_grad():
         for layer in range(2):
@@ -361,6 +379,7 @@ CHECKS = {
     "logit_attrs, tokens_to_residual_directions": check_logit_attrs,
     "direct logit attribution (pos_slice=-1, apply_ln_to_stack, einsum)": check_tutorial_dla,
     "logit_lens": check_logit_lens,
+    "process_weights_(fold_ln=True), then apply_ln_to_stack(stack) @ W_U": check_fold,
     "stop_at_layer": check_stop,
     "get_act_patch_direct_path": check_direct_path,
 }
