@@ -448,11 +448,12 @@ def _load_task(ref, model) -> tuple[Any, str | None]:
 
     The task is rebuilt from the run's run.json by `training.run_task`, as `training.train` built it (text
     tasks reuse the run's token cache; a researcher's own task is imported from its recorded import path);
-    a text corpus that changed since training is refused.
+    a task whose data or held-out rows changed since training is refused (TaskChanged), with a warning.
     """
     import warnings
 
     from training import run_task
+    from training.runinfo import TaskChanged
     from training.tasks import TaskImportError
 
     info = ref.run_info()
@@ -460,15 +461,11 @@ def _load_task(ref, model) -> tuple[Any, str | None]:
         return None, "bare checkpoint (no run.json): task-specific analyses skipped"
     try:
         task = run_task(ref.run_dir, info)
-    except TaskImportError as e:  # a task of one's own whose module is not importable here: say so, not only skip
+    except (TaskImportError, TaskChanged) as e:  # say so, not only skip: analyses on other rows would be wrong
         warnings.warn(f"{e}; task-specific analyses skipped", stacklevel=2)
-        return None, f"task of this run cannot be rebuilt ({e})"
+        return None, f"task of this run cannot be rebuilt as it trained ({e})"
     except (KeyError, TypeError, ValueError, OSError) as e:
         return None, f"task of this run cannot be rebuilt ({e})"
-    try:
-        info.check_data(task)
-    except ValueError:
-        return None, f"the {task.name} data differ from those the run was trained on"
     if task.d_vocab != model.cfg.d_vocab or task.seq_len > model.cfg.n_ctx:
         return None, (f"task {task.name!r} (d_vocab {task.d_vocab}, seq_len {task.seq_len}) does not fit the model "
                       f"(d_vocab {model.cfg.d_vocab}, n_ctx {model.cfg.n_ctx})")

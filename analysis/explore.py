@@ -36,7 +36,7 @@ from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST,
     METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
-    read_metric_records,
+    lock_holder, read_metric_records,
 )
 from training.rundir import read_run_info as _read_run_info
 from training.runinfo import RunInfo
@@ -91,6 +91,7 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 # --------------------------------------------------------------------------- runs
 _ROW_CACHE: dict[str, tuple[tuple, dict[str, Any]]] = {}
+UNFINISHED = ("running", "interrupted")  # a run without summary.json: a process writes it, or none does
 _STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FILE}",
             f"{CHECKPOINT_DIR}/{WEIGHTS_FILE}")
 
@@ -121,10 +122,13 @@ def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
     stamp = tuple(_stat(run_dir / name) for name in _STAMPED)
     cached = _ROW_CACHE.get(str(run_dir))
     if cached is not None and cached[0] == stamp:
-        return dict(cached[1])
+        row = dict(cached[1])
+        if row["status"] in UNFINISHED:  # a process may have stopped since, without touching a file
+            row["status"] = "running" if lock_holder(run_dir) is not None else "interrupted"
+        return row
     row = load_run(run_dir, root)
     row["run"] = run_id
-    if row["status"] == "running":
+    if row["status"] in UNFINISHED:
         row.update(_progress_from_metrics(run_dir))
     if row["status"] != "corrupt":
         row["size"] = f"d{row['d_model']} L{row['n_layers']} H{row['n_heads']}"
@@ -135,7 +139,7 @@ def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
 def list_runs(root: str | Path) -> pd.DataFrame:
     """Every run below root, one row each: analysis.runs.COLUMNS plus `size` ("d16 L2 H2").
 
-    Runs without summary.json ("running": in progress or interrupted) get their step and latest
+    Runs without summary.json ("running" while a process writes them, else "interrupted") get their step and latest
     metrics from the end of metrics.jsonl. Unreadable runs are rows with status "corrupt" and an
     `error`. Rows are cached by the modification times of the files they come from.
     """
@@ -381,11 +385,15 @@ def speed_table(root: Path) -> pd.DataFrame | None:
 
 
 def reproduce_manifest(root: Path) -> dict[str, Any] | None:
-    """RUNS/reproduce.json, or None if this is not a `mixit reproduce` directory (or it is unreadable)."""
+    """RUNS/reproduce.json, or None if this is not a `mixit reproduce` directory (or it is unreadable). A status
+    "running" whose process is gone (killed: it could not say so) reads "interrupted"."""
     try:
-        return _read_json(inside(root, MANIFEST))
+        manifest = _read_json(inside(root, MANIFEST))
     except (OSError, ValueError):
         return None
+    if isinstance(manifest, dict) and manifest.get("status") == "running" and lock_holder(root) is None:
+        manifest = {**manifest, "status": "interrupted", "stopped_in": manifest.get("stopped_in") or "unknown (killed)"}
+    return manifest
 
 
 @dataclass

@@ -79,7 +79,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
         row.update(status="corrupt", error=str(e))
         return row
     row.update(_config_columns(record.train), **record.metrics, status=record.status)
-    if record.status not in ("finished", "running"):
+    if record.status not in ("finished", "running", "interrupted"):
         row["error"] = record.message
     return row
 

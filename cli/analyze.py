@@ -144,6 +144,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         note = "checkpoint unchanged" if status == "cached" else f"{time.perf_counter() - started:.1f}s"
         skipped = f"; skipped: {', '.join(result['skipped'])}" if result["skipped"] else ""
         print(f"{path}: {status} ({note}) -> {out_dir} [{', '.join(result['computed'])}{skipped}]")
+        _print_skip_reasons(result["skipped"])
         rows.append(_summary_row(ref.name, status, out_dir, result))
     table = pd.DataFrame(rows)
     if args.out is not None:
@@ -155,3 +156,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.kept:
         _score_kept(args, [ref for _, ref in refs])
     return 0
+
+
+def _print_skip_reasons(skipped: dict[str, str]) -> None:
+    """Why each analysis was skipped, one line per reason (the analyses it skipped named), not only in analysis.json."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(str(reason), []).append(name)
+    for reason, names in by_reason.items():
+        print(f"  skipped {', '.join(names)}: {reason}")

@@ -27,7 +27,7 @@ from models.transformer import check_fits_in_memory
 from training.sweep import one_line_warnings
 from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
 from training.tasks import (
-    TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters, trust_task_code,
+    TASKS, TaskError, TrainStream, is_import_path, load_task_class, register_task, task_parameters, trust_task_code,
 )
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
@@ -523,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TrainingDiverged, FileNotFoundError) as e:  # the run failed, or a file it needed went away meanwhile
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except TaskError as e:  # a task's own code drew rows that break the batch format, at any step: its input
+        print(f"mixit {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     # A ValueError (or anything else) that reaches here was raised after work started: a bug, a traceback, exit 1.
     except OSError as e:  # permission, not a directory, no space, read-only file system: one line naming the path
         print(os_error_line(args.command, e), file=sys.stderr)

@@ -162,7 +162,7 @@ def _eval_items(run: Any) -> int | None:
     try:
         info = read_run_info(run.path)
         asked = (info["train"] or {}).get("eval_samples")
-        default = run_task(run.path, info).default_eval_size
+        default = run_task(run.path, info, check=False).default_eval_size
     except (OSError, ValueError, TypeError):
         return None
     return default if asked is None else min(int(asked), default)

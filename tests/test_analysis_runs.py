@@ -46,7 +46,7 @@ def test_a_corrupt_or_unfinished_run_is_a_row_not_an_exception(runs_root, tmp_pa
     (tmp_path / "half" / "run.json").write_text((runs_root / "a" / "add_standard" / "run.json").read_text())
     df = load_runs(tmp_path).set_index("run")
     assert df.loc["bad", "status"] == "corrupt" and "JSONDecodeError" in df.loc["bad", "error"]
-    assert df.loc["half", "status"] == "running" and df.loc["half", "variant"] == "standard"
+    assert df.loc["half", "status"] == "interrupted" and df.loc["half", "variant"] == "standard"
     assert load_runs(tmp_path / "bad").iloc[0]["status"] == "corrupt"  # a run directory as the root
 
 

@@ -21,6 +21,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import explore as ex
+from training.rundir import run_lock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
@@ -428,6 +429,19 @@ def test_study_page_shows_every_finding_with_its_verdict_figures_and_tables(app,
     assert table(at, "attention_share")["attention_share"].tolist() == [0.9]
     assert table(at, "max_pairs", "accuracy")["accuracy"].tolist() == [100.0, 90.0]
     assert {h.value for h in at.subheader} >= {"Findings", "Figures", "Who does the work", "Where the findings emerge"}
+
+
+def test_a_reproduction_killed_midway_is_shown_as_interrupted_not_finished(app, study, tmp_path):
+    manifest = tmp_path / study / "reproduce.json"
+    record = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**record, "status": "running"}))  # what a SIGKILL leaves: no process to say more
+    at = app(study)
+    assert any("This reproduction is interrupted" in w.value for w in at.warning), [w.value for w in at.warning]
+    with run_lock(tmp_path / study):  # while its process holds the folder, it is running
+        at = app(study)
+    assert any("This reproduction is running" in w.value for w in at.warning), [w.value for w in at.warning]
+    manifest.write_text(json.dumps({**record, "status": "finished"}))
+    assert not app(study).warning
 
 
 def test_a_finding_opens_its_runs_in_another_page(app, study):

@@ -56,7 +56,9 @@ def reverse_run(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_cli_trains_a_task_of_ones_own_and_a_new_process_analyses_it(reverse_run):
     info = json.loads((reverse_run / "run.json").read_text())
+    fingerprint = info["task"].pop("eval_fingerprint")  # of the held-out rows (checked when the task is rebuilt)
     assert info["task"] == {"name": "reverse", "import_path": TASK, "length": 3, "digits": 4}  # resolved parameters
+    assert isinstance(fingerprint, str) and len(fingerprint) == 24
     assert info["train"]["task"] == "reverse" and info["train"]["task_params"] == {"length": 3, "digits": 4}
     analysis = json.loads((reverse_run / "analysis" / "analysis.json").read_text())
     assert {"heads", "ablation", "components", "patching"} <= set(analysis["computed"]), analysis["skipped"]
@@ -203,3 +205,106 @@ def test_opening_a_runs_folder_imports_no_task_code_without_consent(tmp_path, mo
         assert not at.exception and not marker.exists(), (view, [e.value for e in at.exception])
     done = _mixit(["analyze", str(run), "--n-seqs", "4", "--force", "--trust-tasks"], cwd=folder)
     assert done.returncode == 0 and marker.is_file(), done.stderr
+
+
+def test_a_task_whose_rule_changed_after_training_is_refused_by_analyze_and_resume(tmp_path):
+    """The task file edited after training (the answer no longer reversed): rebuilding the task names the change in
+    one line; `mixit analyze` warns and skips the task's analyses, `mixit train --resume` refuses (exit 2)."""
+    module = tmp_path / "edited_task.py"
+    source = (ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "edited_reverse"')
+    module.write_text(source)
+    run, task = tmp_path / "runs" / "e", f"{module}:ReverseTask"
+    train_argv = ["train", "--task", task, "--length", "3", "--digits", "4", "--steps", "20", *SMALL, "--out", str(run)]
+    done = _mixit(train_argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    module.write_text(source.replace("x.flip(1)", "x"))  # the rule changed: copy instead of reverse
+    done = _mixit(["analyze", str(run), "--n-seqs", "4", "--trust-tasks"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "gives other held-out rows than the run was evaluated on" in done.stderr and "Traceback" not in done.stderr
+    skipped = json.loads((run / "analysis" / "analysis.json").read_text())["skipped"]
+    assert "rule, generator or data changed" in skipped["ablation"]
+    said = [line for line in done.stdout.splitlines() if line.startswith("  skipped ") and "ablation" in line]
+    assert len(said) == 1 and "rule, generator or data changed" in said[0], done.stdout  # said, not only in the file
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint: a resume would train on
+    done = _mixit([*train_argv, "--resume"], cwd=tmp_path)
+    assert done.returncode == 2 and "held-out rows" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    module.write_text(source)  # restored: the run resumes
+    done = _mixit([*train_argv, "--resume"], cwd=tmp_path)
+    assert done.returncode == 0 and (run / "summary.json").is_file(), done.stderr
+
+
+def test_a_built_in_tasks_changed_parameters_are_noticed_when_rebuilt(tmp_path):
+    from training import run_task
+    from training.runinfo import TaskChanged
+
+    run = tmp_path / "r"
+    train(TrainConfig(task="retrieval", task_params={"pairs": 4, "num_values": 8}, d_model=16, n_layers=1, n_heads=2,
+                      steps=2, eval_every=2, eval_samples=32, batch_size=8, device="cpu"), run, progress=False)
+    assert run_task(run).name == "retrieval"  # unchanged: rebuilt and checked
+    info = json.loads((run / "run.json").read_text())
+    info["train"]["task_params"]["num_values"] = 9  # a hand edit, or another default in a later version
+    (run / "run.json").write_text(json.dumps(info))
+    with pytest.raises(TaskChanged, match="other held-out rows"):
+        run_task(run)
+    assert run_task(run, check=False).name == "retrieval"
+
+
+@pytest.mark.slow
+def test_the_explorer_shows_runs_whose_task_broke_as_one_line_and_keeps_working(tmp_path, monkeypatch):
+    """Beside a good run, copies whose task file was deleted, whose rule or seq_len changed, or whose `_sample` now
+    raises: with consent to import them, every page opens for every run selected, the broken ones named in a line."""
+    folder = tmp_path / "given"
+    folder.mkdir()
+    source = (ROOT / "examples" / "my_task.py").read_text()
+    (folder / "good.py").write_text(source.replace('name = "reverse"', 'name = "rev_good"'))
+    runs = folder / "runs"
+    done = _mixit(["train", "--task", f"{folder / 'good.py'}:ReverseTask", "--length", "3", "--digits", "4", "--steps",
+                   "10", *SMALL, "--out", str(runs / "good")], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    broken = {"deleted": None, "changed": source.replace("x.flip(1)", "x"),
+              "raises": source.replace("x = torch.randint", "raise RuntimeError('boom')\n        x = torch.randint"),
+              "longer": source.replace("self.seq_len = 2 * length + 1", "self.seq_len = 2 * length + 3")}
+    for name, text in broken.items():
+        shutil.copytree(runs / "good", runs / name)
+        record = runs / name / "run.json"
+        record.write_text(record.read_text().replace("good.py", f"{name}.py"))
+        if text is not None:
+            (folder / f"{name}.py").write_text(text.replace('name = "reverse"', f'name = "rev_{name}"'))
+    monkeypatch.setenv(TRUST_ENV, "1")
+    monkeypatch.setattr(sys, "argv", ["app.py", "--runs", str(runs)])
+    for view in ("Run", "Attention", "Heads", "Predict"):
+        for run in ["good", *broken]:
+            at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+            at.session_state["view"] = view
+            at.session_state["selected"] = [run]
+            at.session_state["heads_runs"] = ["good", *broken]
+            at.run()
+            assert not at.exception, (view, run, [e.value for e in at.exception])
+            if view == "Attention" and run == "raises":
+                assert any("RuntimeError when built: boom" in w.value for w in at.warning), at.warning
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("tokens[5:, 0] = 99", "_sample gave token id 99, outside 0..11"),  # past the first rows get_task draws
+    ("tokens[3, 0] = -1", "_sample gave token id -1, outside 0..11"),
+    ("mask[4:] = False", "every row's mask needs an answer position"),
+    ("return tokens.tolist(), mask.tolist()", "_sample gave tuple of ['list', 'list']; expected a tuple (tokens, mask)"),
+])
+def test_every_batch_a_task_draws_is_checked_in_one_line_naming_it(tmp_path, bad, expected):
+    source = (ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "badrows"')
+    source = source.replace("        return tokens, mask\n", f"        if n > 2:\n            {bad}\n        return tokens, mask\n", 1)
+    (tmp_path / "bad_rows.py").write_text(source)
+    done = _mixit(["train", "--task", f"{tmp_path / 'bad_rows.py'}:ReverseTask", "--length", "3", "--steps", "5", *SMALL,
+                   "--out", str(tmp_path / "run")], cwd=tmp_path)
+    assert done.returncode == 2 and f"badrows: {expected}" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run" / "checkpoint").exists(), done.stderr
+
+
+def test_a_task_whose_code_raises_is_one_line_naming_it(tmp_path):
+    source = (ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "raiser"')
+    source = source.replace("x = torch.randint", "raise KeyError('no digits here')\n        x = torch.randint", 1)
+    (tmp_path / "raiser.py").write_text(source)
+    done = _mixit(["train", "--task", f"{tmp_path / 'raiser.py'}:ReverseTask", "--steps", "5", *SMALL,
+                   "--out", str(tmp_path / "run")], cwd=tmp_path)
+    assert done.returncode == 2 and "raiser: KeyError when built: 'no digits here'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -19,6 +19,7 @@ from figures import FIGURE_NAMES, figures_for_group
 from analysis.heads import head_scores
 from models import load_model
 from models.checkpoint import CheckpointError
+from training.rundir import run_lock
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,10 @@ def test_unfinished_run_reports_progress_from_the_end_of_its_metrics(explorer_ru
     (run / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:15])  # a line cut by a kill
     row = ex.list_runs(tmp_path).iloc[0]
     last = json.loads(lines[1])
-    assert row["status"] == "running" and row["step"] == last["step"] and row["loss"] == last["loss"]
+    assert row["status"] == "interrupted" and row["step"] == last["step"] and row["loss"] == last["loss"]
+    with run_lock(run):  # a process writes it now: the same (cached) row says so
+        assert ex.list_runs(tmp_path).iloc[0]["status"] == "running"
+    assert ex.list_runs(tmp_path).iloc[0]["status"] == "interrupted"
     evals = [json.loads(x) for x in lines[:2] if "eval_acc" in json.loads(x)]
     assert row["eval_acc"] == (evals[-1]["eval_acc"] if evals else None)
     with pytest.raises(FileNotFoundError, match="no checkpoint yet"):

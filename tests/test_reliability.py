@@ -566,3 +566,24 @@ def test_a_start_that_failed_before_its_first_checkpoint_does_not_block_the_corr
     # A run with a checkpoint is kept: the same command is refused.
     code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
     assert code == EXIT_USAGE and "already holds a run" in err
+
+
+def test_a_folder_that_is_not_a_free_run_says_what_it_holds(tmp_path, capsys):
+    """The refusal names what is there: other files (no run), a damaged run.json, a run another process writes
+    (its PID, before any advice to resume), or a run and how far it got."""
+    other = tmp_path / "other"
+    (other / "tensorboard").mkdir(parents=True)
+    (other / "README.md").write_text("notes")
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(other)], capsys)
+    assert code == EXIT_USAGE and "holds no run but other files (README.md, tensorboard/)" in err, err
+    run = tmp_path / "run"
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_OK, err
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_USAGE and "already holds a run (finished); pass --resume" in err, err
+    with run_lock(run):  # another writer, as a second process would see it
+        code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_USAGE and f"another process (PID {os.getpid()}) is writing" in err and "--resume" not in err, err
+    (run / "run.json").write_text('{"train": ')
+    code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
+    assert code == EXIT_USAGE and "whose run.json cannot be read (" in err, err

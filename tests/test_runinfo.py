@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from training import TrainConfig, train
 from training.run import RunRecord, read_run_record
-from training.rundir import read_run_info
+from training.rundir import read_run_info, run_lock
 from training.runinfo import ALLOWED_KEYS, Provenance, RunInfo
 
 PACKAGES = ("models", "training", "analysis", "figures", "reproduce", "cli")
@@ -150,7 +150,9 @@ def test_a_run_record_adds_the_summary_and_reads_the_analysis_when_asked(run_dir
     assert record.status == "finished" and record.message is None and record.metrics["step"] == 2
     assert record.analysis() is None and record.analysis_summary("memory") is None
     run = _write(tmp_path, (run_dir / "run.json").read_text())
-    assert read_run_record(run).status == "running" and read_run_record(run).metrics == {}
+    assert read_run_record(run).status == "interrupted" and read_run_record(run).metrics == {}  # no process writes it
+    with run_lock(run):
+        assert read_run_record(run).status == "running"
     (run / "summary.json").write_text(json.dumps({"status": "diverged", "message": "non-finite loss at step 1"}))
     record = read_run_record(run)
     assert (record.status, record.message) == ("diverged", "non-finite loss at step 1")

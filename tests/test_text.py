@@ -13,6 +13,7 @@ import math
 import socket
 import time
 from collections import Counter
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +96,9 @@ def test_bpe_round_trips_text_and_token_cache_is_reused(tmp_path, monkeypatch):
     assert tok.decode(tok.encode("naïve — “quoted” 😀").ids) == "naïve — “quoted” 😀"
     stream = np.concatenate([task.train_tokens, task.val_tokens])
     assert 200_000 < len(stream) < 0.6 * len(raw)  # BPE compresses: well under one token per byte
-    cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    cached = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.suffix != ".sha256")
     assert sum(n.startswith("tokenizer-") for n in cached) == 1 and sum(n.startswith("tokens-") for n in cached) == 2
+    assert all((tmp_path / "cache" / f"{n}.sha256").is_file() for n in cached)  # each entry with its content hash
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("tokenizer trained or corpus tokenized again despite the cache")
@@ -108,6 +110,21 @@ def test_bpe_round_trips_text_and_token_cache_is_reused(tmp_path, monkeypatch):
     assert again.data_fingerprint == task.data_fingerprint
     with pytest.raises(AssertionError, match="despite the cache"):  # a different tokenizer is not served from it
         get_task("lm", cache_dir=tmp_path / "cache", **{**params, "vocab_size": 600})
+
+
+def test_a_token_cache_entry_altered_within_the_vocabulary_is_rebuilt_not_trained_on(tmp_path):
+    params = dict(text_file=[str(SHAKESPEARE)], vocab_size=512, seq_len=64)
+    clean = get_task("lm", cache_dir=tmp_path / "cache", **params)
+    entry = next((tmp_path / "cache").glob("tokens-*.npy"))
+    altered = np.load(entry)
+    altered[: altered.size // 2] = 7  # still valid ids: only the content hash can tell
+    np.save(entry, altered)
+    with pytest.warns(UserWarning, match="does not match its content hash"):
+        again = get_task("lm", cache_dir=tmp_path / "cache", **params)
+    assert np.array_equal(again.train_tokens, clean.train_tokens) and np.array_equal(again.val_tokens, clean.val_tokens)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the entry was rewritten: intact again
+        get_task("lm", cache_dir=tmp_path / "cache", **params)
 
 
 # --------------------------------------------------------------------------- language modeling

@@ -24,7 +24,7 @@ from models import ModelConfig
 from models.transformer import Transformer
 
 from .rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, read_json,
+    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, lock_holder, read_json,
     read_metric_records, read_run_info,
 )
 from .runinfo import Provenance, RunInfo, TaskInfo
@@ -66,8 +66,11 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        """finished | diverged | error | ... as summary.json says, or "running" (no summary: training or killed)."""
-        return "running" if self.summary is None else str(self.summary.get("status", "finished"))
+        """finished | diverged | error | ... as summary.json says; without a summary "running" while a process holds
+        the run's lock, else "interrupted" (killed, or stopped by a signal: `--resume` continues it)."""
+        if self.summary is None:
+            return "running" if lock_holder(self.path) is not None else "interrupted"
+        return str(self.summary.get("status", "finished"))
 
     @property
     def message(self) -> str | None:
@@ -173,9 +176,11 @@ def load_run(path: str | Path, device: str | None = "cpu", task: bool = True) ->
     )
 
 
-def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
+def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = True) -> Task:
     """The task a run trained on, rebuilt from its run.json as `training.train` built it (a text task reuses
-    the token cache beside the run).
+    the token cache beside the run), and checked against the run's record: TaskChanged (one line) when its data
+    or its held-out rows differ from those the run trained and was evaluated on (RunInfo.check_data). With
+    check=False the task is returned unchecked (for facts that do not depend on its rows, such as its sizes).
 
     A task that is neither built in nor registered in this process is imported from the import path the
     run recorded (run.json's task.import_path), only with the user's consent (training.tasks.trust_task_code;
@@ -192,7 +197,9 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
         raise TaskNotTrusted(f"{run_dir}: task {name!r} is code ({spec}), and opening a run imports none without "
                              "consent; if you trust it: --trust-tasks, or training.tasks.trust_task_code()")
     try:
-        return get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
+        task = get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
+        if check:
+            info.check_data(task)
     except TaskImportError as e:
         raise TaskImportError(f"{run_dir}: cannot rebuild task {name!r}: {e}") from None
     except ValueError:
@@ -200,6 +207,9 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None) -> Task:
             raise ValueError(f"{run_dir}: task {name!r} is not known here and run.json records no import path; "
                              "register it (training.tasks.register_task) before loading the run") from None
         raise
+    except Exception as e:  # the task's own code failed while building or drawing its rows: one line, not its traceback
+        raise ValueError(f"{run_dir}: task {name!r} raised {type(e).__name__} when rebuilt: {e}") from None
+    return task
 
 
 def run_task_class(info: RunInfo) -> type[Task]:

@@ -93,7 +93,7 @@ __all__ = [
     "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
     "SUMMARY_FILE", "SWEEP_FILE", "TUNING_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
-    "truncate_metrics", "write_json", "write_runs_table", "write_text",
+    "truncate_metrics", "lock_holder", "what_it_holds", "write_json", "write_runs_table", "write_text",
 ]
 
 
@@ -179,6 +179,46 @@ def is_empty_run_dir(path: str | Path) -> bool:
         return True
     # A start that diverged before its first checkpoint (init_std=1e30) also leaves its summary: nothing to keep.
     return names <= {*STARTED_ONLY, SUMMARY_FILE} and _summary_status(path) not in ("finished", None)
+
+
+def what_it_holds(path: str | Path) -> str:
+    """One line saying what a folder that `is_empty_run_dir` does not call empty holds, for the error that refuses
+    to train into it: a run another process is writing (its PID), a run whose run.json cannot be read, a run (how
+    far it got), or files that are no run at all."""
+    path = Path(path)
+    holder = lock_holder(path)
+    if holder is not None:
+        return f"{path} holds a run that another process (PID {holder}) is writing; wait for it, or stop it"
+    if (path / RUN_FILE).is_file():
+        try:
+            read_run_info(path)
+        except (OSError, ValueError) as e:
+            return f"{path} holds a run whose {RUN_FILE} cannot be read ({e}); move it away or choose another --out"
+    if (path / RUN_FILE).is_file() or (path / CHECKPOINT_DIR).is_dir() or (path / SUMMARY_FILE).is_file():
+        status = _summary_status(path) if (path / SUMMARY_FILE).is_file() else "unfinished"
+        return f"{path} already holds a run ({status}); pass --resume to continue it or choose another --out"
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"{path} holds no run but other files ({shown}); choose another --out, or move them away"
+
+
+def lock_holder(run_dir: str | Path) -> str | None:
+    """The PID of the process holding the run's (or runs folder's) lock (run_lock), or None when no process does."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # taken only when no writer holds it; released at once
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)
 
 
 def _summary_status(run_dir: Path) -> str | None:

@@ -33,20 +33,26 @@ from typing import Any, Iterator
 
 from models.config import ModelConfig
 
-__all__ = ["Provenance", "RunInfo", "TaskInfo"]
+__all__ = ["Provenance", "RunInfo", "TaskChanged", "TaskInfo"]
 
-TASK_KEYS = ("name", "import_path", "data_fingerprint")  # the task section's own keys; every other is a parameter
+TASK_KEYS = ("name", "import_path", "data_fingerprint", "eval_fingerprint")  # the task section's own keys; every other is a parameter
+
+
+class TaskChanged(ValueError):
+    """A run's task, rebuilt now, is not the one it trained on (RunInfo.check_data)."""
 
 
 @dataclass(frozen=True)
 class TaskInfo:
     """The task a run trained on: name, every parameter (resolved: defaults included when run.json records
-    them), the import path of its class, and the fingerprint of its data (text tasks; None otherwise)."""
+    them), the import path of its class, the fingerprint of its data (text tasks; None otherwise) and of its
+    held-out rows (Task.eval_fingerprint; None in runs written before it was recorded)."""
 
     name: str
     params: Mapping[str, Any]
     import_path: str | None = None
     data_fingerprint: str | None = None
+    eval_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,12 +116,18 @@ class RunInfo(Mapping):
         return copy.deepcopy(dict(self._raw))
 
     def check_data(self, task: Any) -> None:
-        """ValueError naming run.json if `task`'s data (a text corpus, its tokenizer) differ from those the run was
-        trained on: the one comparison of data fingerprints. Runs that recorded none (algorithmic tasks) pass."""
+        """TaskChanged (a ValueError: one line, naming run.json and what changed) if `task`, rebuilt from this record, is not the
+        one the run trained on: its data (a text corpus, its tokenizer), or its held-out rows (the task's rule,
+        generator or parameters changed since). The one comparison of data fingerprints; a run that recorded
+        none passes."""
         saved = self.task.data_fingerprint
         if saved is not None and saved != getattr(task, "data_fingerprint", None):
-            raise ValueError(f"{self.path}: the {self.task.name} data (corpus or tokenizer) differ from those the run "
-                             "was trained on")
+            raise TaskChanged(f"{self.path}: the {self.task.name} data (corpus or tokenizer) differ from those the run "
+                              "was trained on")
+        saved = self.task.eval_fingerprint
+        if saved is not None and saved != task.eval_fingerprint(self.train.get("eval_samples")):
+            raise TaskChanged(f"{self.path}: task {self.task.name!r} rebuilt here gives other held-out rows than the run "
+                             "was evaluated on: its rule, generator or data changed since training")
 
     # the transitional Mapping interface: run.json's sections as the file holds them
     def __getitem__(self, key: str) -> Any:
@@ -147,7 +159,7 @@ def _task_info(data: dict[str, Any], path: Path) -> TaskInfo:
             raise ValueError(f"{path}: task.{key}={section[key]!r} must be a string")
     params = {k: v for k, v in section.items() if k not in TASK_KEYS}
     return TaskInfo(name=name, params=MappingProxyType(params), import_path=section.get("import_path"),
-                    data_fingerprint=section.get("data_fingerprint"))
+                    data_fingerprint=section.get("data_fingerprint"), eval_fingerprint=section.get("eval_fingerprint"))
 
 
 def _provenance(data: dict[str, Any], path: Path) -> Provenance:

@@ -48,7 +48,7 @@ from .provenance import provenance
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, SUMMARY_FILE, append_metrics,
     atomic_directory, is_empty_run_dir, is_finished, kept_checkpoint_dir, read_run_info,
-    read_summary, run_lock, truncate_metrics, write_json, write_text,
+    read_summary, run_lock, truncate_metrics, what_it_holds, write_json, write_text,
 )
 from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
@@ -253,7 +253,7 @@ def train(
     ranks = Ranks.start(device)
     try:
         if not resume and not is_empty_run_dir(out):
-            raise FileExistsError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+            raise FileExistsError(what_it_holds(out))
         if resume:
             check_same_settings(out, cfg)
             if is_finished(out):
@@ -292,9 +292,9 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)
         # the class's import path lets a new process rebuild a task of the researcher's own (training.run_task)
-        task_info = {"name": task.name, "import_path": task_import_path(type(task)), **task.params}
-        if task.data_fingerprint is not None:
-            task_info["data_fingerprint"] = task.data_fingerprint
+        task_info = {"name": task.name, "import_path": task_import_path(type(task)), **task.params,
+                     "eval_fingerprint": task.eval_fingerprint(cfg.eval_samples),
+                     **({"data_fingerprint": task.data_fingerprint} if task.data_fingerprint is not None else {})}
         write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
                                     **provenance(argv)})
         if task.text_tokenizer is not None:
@@ -309,10 +309,10 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
     model_cfg = cfg.model_config(task)
     warn_if_frozen_attention_is_uniform(model_cfg)
     if resume and (out / RUN_FILE).is_file():
-        try:  # the run's corpus and tokenizer are still the ones it began with
+        try:  # the run's corpus, tokenizer and held-out rows are still the ones it began with
             read_run_info(out).check_data(task)
         except ValueError as e:
-            files = ", ".join(map(str, cfg.task_params.get("text_file") or [])) or "the task's data"
+            files = ", ".join(map(str, cfg.task_params.get("text_file") or [])) or "the task's code or data"
             raise SettingsChanged(f"{e} ({files}); restore them, or start a new run with another --out") from None
     loop = _Loop(cfg, out, task, model_cfg, device, ranks, precision)
     loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(

@@ -32,7 +32,8 @@ def counts(runs: pd.DataFrame) -> None:
     cols = st.columns(5)
     cols[0].metric("runs", len(runs))
     cols[1].metric("finished", int(status.get("finished", 0)))
-    cols[2].metric("running / unfinished", int(status.get("running", 0)))
+    cols[2].metric("running / interrupted", f"{int(status.get('running', 0))} / {int(status.get('interrupted', 0))}",
+                   help="running: a process is training it now; interrupted: no summary and no process (--resume it)")
     cols[3].metric("analysed", int(runs["has_analysis"].fillna(False).astype(bool).sum()))
     cols[4].metric("unreadable", int(status.get("corrupt", 0)),
                    help="damaged runs: a run.json or summary.json that cannot be read")

@@ -132,6 +132,11 @@ def main() -> None:
     missing = not_shown(study, findings, figures)
     if missing:
         st.info(missing)
+    manifest = ex.reproduce_manifest(found.root) or {}
+    if manifest.get("status") in ("running", "interrupted", "failed"):
+        st.warning(ui.plain(f"This reproduction is {manifest['status']}"
+                            + ("" if manifest["status"] == "running" else f" (in {manifest.get('stopped_in')})")
+                            + ": what is shown may be an earlier one's or incomplete; rerun mixit reproduce to finish"))
     if findings:
         st.subheader("Findings")
         st.caption("Each verdict reads our numbers, each variant at the learning rate chosen for it, against the "
@@ -139,7 +144,7 @@ def main() -> None:
                    "authors' own training code run at the same settings.")
         for finding in findings:
             finding_card(finding, found.runs)
-    failed = (ex.reproduce_manifest(found.root) or {}).get("failed_figures") or {}
+    failed = manifest.get("failed_figures") or {}
     figures_section(figures, failed if isinstance(failed, dict) else {})
     tables_section(study.report_dir)
 

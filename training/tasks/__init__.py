@@ -19,7 +19,9 @@ docs/guides/tasks.md and examples/my_task.py.
 from __future__ import annotations
 
 from .algorithmic import Addition, Dyck, KHop, Memorize, ModAdd, Retrieval
-from .base import DEFAULT_EVAL_SIZE, EVAL_SEED, Batch, Task, TrainStream, attach_tokenizer, parameter_names, row_hash
+from .base import (
+    DEFAULT_EVAL_SIZE, EVAL_SEED, Batch, Task, TaskError, TrainStream, attach_tokenizer, parameter_names, row_hash,
+)
 from .registry import (
     ALGORITHMIC_TASKS, BUILTIN_TASKS, TASKS, TaskImportError, TaskNotTrusted, TaskOption, check_task, check_task_class,
     get_task, is_import_path, load_task_class, register_task, resolved_task_params, task_class, task_code_trusted,
@@ -30,7 +32,7 @@ from .text import LanguageModeling, SentimentClassification
 __all__ = [
     "ALGORITHMIC_TASKS", "Addition", "BUILTIN_TASKS", "Batch", "DEFAULT_EVAL_SIZE", "Dyck", "EVAL_SEED", "KHop",
     "LanguageModeling", "Memorize", "ModAdd", "Retrieval", "SentimentClassification", "TASKS", "Task",
-    "TaskImportError", "TaskNotTrusted", "TaskOption", "TrainStream", "attach_tokenizer", "check_task",
+    "TaskError", "TaskImportError", "TaskNotTrusted", "TaskOption", "TrainStream", "attach_tokenizer", "check_task",
     "check_task_class", "get_task", "is_import_path", "load_task_class", "parameter_names", "register_task",
     "resolved_task_params", "row_hash", "task_class", "task_code_trusted", "task_import_path", "task_parameters",
     "trust_task_code",

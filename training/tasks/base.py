@@ -40,6 +40,7 @@ registry (`TASKS`, `get_task`) is the package's __init__. A classification task 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import numbers
@@ -117,6 +118,31 @@ def row_hash(tokens: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- base class
+class TaskError(ValueError):
+    """A task's own code gave rows that break the batch format (check_batch): the user's input, not a bug here."""
+
+
+def check_batch(task: "Task", batch: Any, n: int) -> None:
+    """TaskError (one line, naming the task) unless `batch` has the batch format above for `n` rows: a tuple of
+    tensors, tokens int64 and mask bool [n, seq_len], ids in the vocabulary, and (next-token tasks) an answer in
+    every row, never at position 0. Every batch a task draws is checked: a few reductions, next to drawing it."""
+    name = getattr(task, "name", type(task).__name__)
+    if not isinstance(batch, tuple) or len(batch) < 2 or not all(isinstance(t, torch.Tensor) for t in batch):
+        kinds = [type(t).__name__ for t in batch] if isinstance(batch, (tuple, list)) else type(batch).__name__
+        raise TaskError(f"{name}: _sample gave {type(batch).__name__} of {kinds}; expected a tuple (tokens, mask) "
+                         "of tensors")
+    tokens, mask, shape = batch[0], batch[1], (n, task.seq_len)
+    if tokens.dtype != torch.int64 or tuple(tokens.shape) != shape:
+        raise TaskError(f"{name}: _sample gave tokens {tokens.dtype} {tuple(tokens.shape)}; expected int64 {shape}")
+    if mask.dtype != torch.bool or tuple(mask.shape) != shape:
+        raise TaskError(f"{name}: _sample gave a mask {mask.dtype} {tuple(mask.shape)}; expected bool {shape}")
+    lo, hi = (int(v) for v in tokens.aminmax())
+    if lo < 0 or hi >= task.d_vocab:
+        raise TaskError(f"{name}: _sample gave token id {lo if lo < 0 else hi}, outside 0..{task.d_vocab - 1} (the vocab)")
+    if task.objective == "next_token" and (bool(mask[:, 0].any()) or not bool(mask.any(1).all())):
+        raise TaskError(f"{name}: every row's mask needs an answer position, and never position 0")
+
+
 def parameter_names(cls: type) -> list[str]:
     """A task class's parameters: its constructor's positional-or-keyword arguments (keyword-only ones, such
     as a text task's cache_dir, say where things go, not what the task is)."""
@@ -208,10 +234,22 @@ class Task:
             generator = torch.default_generator
         if n == 0:  # empty tensors of the right shapes, without advancing `generator`
             return tuple(t[:0] for t in self._sample(1, torch.Generator().manual_seed(0)))
-        return self._sample(n, generator)
+        batch = self._sample(n, generator)
+        check_batch(self, batch, n)
+        return batch
 
     def _sample(self, n: int, g: torch.Generator) -> Batch:
         raise NotImplementedError
+
+    def eval_fingerprint(self, n: int | None = None) -> str:
+        """A hash of the held-out rows `eval_set(n)` gives (every tensor's dtype, shape and values): recorded by the
+        trainer, so that a task whose rule, generator or data changed after training is noticed when rebuilt."""
+        h = hashlib.sha256()
+        for t in self.eval_set(n):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.numpy().tobytes())
+        return h.hexdigest()[:24]
 
     def eval_set(self, n: int | None = None) -> Batch:
         """Fixed held-out set: the first `n` rows (default `default_eval_size`); smaller sets are prefixes."""

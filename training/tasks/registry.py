@@ -133,21 +133,7 @@ def check_task(task: Task) -> None:
             task.model_tokenizer()  # what every checkpoint will carry: the vocab must be typeable
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-    _check_rows(task, task.sample(2, torch.Generator().manual_seed(0)))
-
-
-def _check_rows(task: Task, batch: tuple) -> None:
-    """ValueError unless `batch` (2 rows) has the batch format of training/tasks/base.py."""
-    shape = (2, task.seq_len)
-    tokens, mask = batch[0], batch[1]
-    if tokens.dtype != torch.int64 or tuple(tokens.shape) != shape:
-        raise ValueError(f"{task.name}: _sample gave tokens {tokens.dtype} {tuple(tokens.shape)}; expected int64 {shape}")
-    if mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        raise ValueError(f"{task.name}: _sample gave a mask {mask.dtype} {tuple(mask.shape)}; expected bool {shape}")
-    if tokens.min() < 0 or tokens.max() >= task.d_vocab:
-        raise ValueError(f"{task.name}: _sample gave token ids outside 0..{task.d_vocab - 1} (the vocab)")
-    if task.objective == "next_token" and (mask[:, 0].any() or not mask.any(1).all()):
-        raise ValueError(f"{task.name}: every row's mask needs an answer position, and never position 0")
+    task.sample(2, torch.Generator().manual_seed(0))  # its rows' format (check_batch, as for every batch drawn)
 
 
 # --------------------------------------------------------------------------- import paths
@@ -256,11 +242,15 @@ def get_task(name: str, *, cache_dir: str | Path | None = None, **params: Any) -
                          f"allowed: {', '.join(allowed) or 'none'}")
     if cls.name in BUILTIN_TASKS and TASKS[cls.name] is cls:
         return cls(**params, cache_dir=cache_dir) if cls.needs_corpus else cls(**params)
-    try:  # a researcher's task: its mistakes are one line too
+    try:  # a researcher's task: its mistakes are one line too, naming it
         task = cls(**params, cache_dir=cache_dir) if cls.needs_corpus else cls(**params)
+        check_task(task)
     except TypeError as e:
         raise ValueError(f"{cls.name}: {e}") from None
-    check_task(task)
+    except ValueError:
+        raise
+    except Exception as e:  # its own code failed (building it, or drawing its first rows)
+        raise ValueError(f"{cls.name}: {type(e).__name__} when built: {e}") from None
     return task
 
 
