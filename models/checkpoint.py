@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,16 +111,13 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
     """(config, state dict, tokenizer or None) of a checkpoint directory (or a run directory), unchecked
     against a model; errors name the offending file."""
     path = resolve_checkpoint(path)
-    config = read_config(path)
+    config, data, recorded = _read_one_generation(path)
     weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise FileNotFoundError(f"checkpoint is missing {weights}")
-    data = weights.read_bytes()
     try:
         state = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights}: cannot read safetensors file ({e}); it may be truncated") from None
-    expected = json.loads((path / CONFIG_FILE).read_text()).get("weights_sha256")  # absent before it was stored
+    expected = recorded.get("weights_sha256")  # absent before it was stored
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise CheckpointError(f"{weights}: contents do not match the SHA-256 recorded in {CONFIG_FILE}; "
                               "the file is corrupt (restore it, or retrain)")
@@ -132,6 +130,28 @@ def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(str(e) if str(tokenizer_file) in str(e) else f"{tokenizer_file}: {e}") from None
     return config, state, tokenizer
+
+
+def _read_one_generation(path: Path, tries: int = 5) -> tuple[ModelConfig, bytes, dict[str, Any]]:
+    """(config, the weights' bytes, config.json's fields) of one generation of a checkpoint that a trainer may be
+    swapping for the next one meanwhile: config.json is read before and after the weights, and the read is tried
+    again while the two differ (or the directory is between its two renames), so a config and weights from two
+    generations are never compared as if they were one, and a reader never calls a live checkpoint corrupt."""
+    cfg_file, weights = path / CONFIG_FILE, path / WEIGHTS_FILE
+    for attempt in range(tries):
+        try:
+            before = cfg_file.read_bytes()
+            config = read_config(path)
+            if not weights.is_file():
+                raise FileNotFoundError(f"checkpoint is missing {weights}")
+            data = weights.read_bytes()
+            if cfg_file.read_bytes() == before:
+                return config, data, json.loads(before)
+        except FileNotFoundError:
+            if attempt == tries - 1 or not path.parent.is_dir():
+                raise
+        time.sleep(0.05 * (attempt + 1))  # the swap's second rename, or the next generation's write, is under way
+    return config, data, json.loads(cfg_file.read_bytes())  # still changing: the hash check below says what it is
 
 
 def _weights_metadata(data: bytes) -> dict[str, str]:

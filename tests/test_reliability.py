@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 from cli.main import main
@@ -587,3 +588,40 @@ def test_a_folder_that_is_not_a_free_run_says_what_it_holds(tmp_path, capsys):
     (run / "run.json").write_text('{"train": ')
     code, _, err = run_cli(["train", *TRAIN_ARGS, "--steps", "10", "--out", str(run)], capsys)
     assert code == EXIT_USAGE and "whose run.json cannot be read (" in err, err
+
+
+def test_a_checkpoint_read_while_the_trainer_swaps_it_is_one_generation_never_corrupt(tmp_path):
+    """Reads racing a writer that saves a new generation again and again: every read gives one generation's
+    weights (a config and weights from two generations were once called corrupt)."""
+    import threading
+
+    from models import ModelConfig, build_model, save_model
+
+    models = [build_model(ModelConfig(variant="standard", d_model=16, n_layers=1, n_heads=2, n_ctx=8, d_vocab=11,
+                                      seed=s)) for s in range(2)]
+    path = tmp_path / "checkpoint"
+    save_model(models[0], path)
+    stop, errors = threading.Event(), []
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            save_model(models[i % 2], path)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        seen = set()
+        for _ in range(150):
+            try:
+                loaded = load_model(path)
+            except Exception as e:  # noqa: BLE001 - what a reader would be told
+                errors.append(f"{type(e).__name__}: {e}")
+                continue
+            seen.add(next(i for i, m in enumerate(models) if torch.equal(m.W_E, loaded.W_E)))
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert seen  # generations were read (both, usually)
