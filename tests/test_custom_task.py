@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def reverse_run(tmp_path_factory) -> Path:
 def test_cli_trains_a_task_of_ones_own_and_a_new_process_analyses_it(reverse_run):
     info = json.loads((reverse_run / "run.json").read_text())
     fingerprint = info["task"].pop("eval_fingerprint")  # of the held-out rows (checked when the task is rebuilt)
+    source, sha = info["task"].pop("source_file"), info["task"].pop("source_sha256")  # the file, relative to the run
+    assert (reverse_run / source).resolve() == (ROOT / "examples" / "my_task.py").resolve() and len(sha) == 64
     assert info["task"] == {"name": "reverse", "import_path": TASK, "length": 3, "digits": 4}  # resolved parameters
     assert isinstance(fingerprint, str) and len(fingerprint) == 24
     assert info["train"]["task"] == "reverse" and info["train"]["task_params"] == {"length": 3, "digits": 4}
@@ -308,3 +311,27 @@ def test_a_task_whose_code_raises_is_one_line_naming_it(tmp_path):
                    "--out", str(tmp_path / "run")], cwd=tmp_path)
     assert done.returncode == 2 and "raiser: KeyError when built: 'no digits here'" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_folder_moved_with_its_task_file_still_rebuilds_the_task(tmp_path, monkeypatch):
+    """run.json records the task file relative to the run: the folder moved elsewhere (its absolute import path
+    gone) still names and rebuilds its task; a file edited since, its rows unchanged, is rebuilt with a warning."""
+    from training import run_task
+
+    home = tmp_path / "home"
+    home.mkdir()
+    source = (ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "moved_reverse"')
+    (home / "moving_task.py").write_text(source)
+    done = _mixit(["train", "--task", f"{home / 'moving_task.py'}:ReverseTask", "--length", "3", "--steps", "5",
+                   *SMALL, "--out", str(home / "runs" / "m")], cwd=home)
+    assert done.returncode == 0, done.stderr
+    moved = tmp_path / "elsewhere"
+    home.rename(moved)  # the recorded absolute path no longer exists
+    monkeypatch.setenv(TRUST_ENV, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        task = run_task(moved / "runs" / "m")
+    assert task.name == "moved_reverse" and task.length == 3
+    (moved / "moving_task.py").write_text(source + "\n# a comment added later\n")
+    with pytest.warns(UserWarning, match="moving_task.py changed since the run trained"):
+        run_task(moved / "runs" / "m")

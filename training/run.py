@@ -16,6 +16,8 @@ from its run.json (analysis, figures, the report and the explorer all go through
 from __future__ import annotations
 
 import functools
+import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,7 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = Tru
         task = get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
         if check:
             info.check_data(task)
+            _warn_if_source_changed(info, spec)
     except TaskImportError as e:
         raise TaskImportError(f"{run_dir}: cannot rebuild task {name!r}: {e}") from None
     except ValueError:
@@ -210,6 +213,16 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = Tru
     except Exception as e:  # the task's own code failed while building or drawing its rows: one line, not its traceback
         raise ValueError(f"{run_dir}: task {name!r} raised {type(e).__name__} when rebuilt: {e}") from None
     return task
+
+
+def _warn_if_source_changed(info: RunInfo, spec: str) -> None:
+    """Warn when a task file's bytes differ from those the run trained with, though its held-out rows are the same
+    (a comment, or a change to how it trains: the run's numbers may not be this file's)."""
+    module = spec.rpartition(":")[0]
+    if info.task.source_sha256 and module.endswith(".py") and Path(module).is_file():
+        if hashlib.sha256(Path(module).read_bytes()).hexdigest() != info.task.source_sha256:
+            warnings.warn(f"{info.path}: task file {module} changed since the run trained (its held-out rows did not)",
+                          stacklevel=3)
 
 
 def run_task_class(info: RunInfo) -> type[Task]:
@@ -235,5 +248,15 @@ def _task_spec(info: RunInfo) -> str:
     spec = info.train["task"]
     recorded = info.task.import_path
     if spec not in TASKS and not is_import_path(spec) and recorded:
-        return recorded
-    return spec
+        spec = recorded
+    return _moved_task_file(spec, info)
+
+
+def _moved_task_file(spec: str, info: RunInfo) -> str:
+    """A task file's import path after its runs folder moved (another machine, another home): the recorded file when
+    it is there, else the file that run.json records relative to the run (`source_file`) when that is there."""
+    module, _, qualname = spec.rpartition(":")
+    if not (is_import_path(spec) and module.endswith(".py")) or Path(module).is_file() or not info.task.source_file:
+        return spec
+    moved = (info.run_dir / info.task.source_file).resolve()
+    return f"{moved}:{qualname}" if moved.is_file() else spec

@@ -35,7 +35,7 @@ from models.config import ModelConfig
 
 __all__ = ["Provenance", "RunInfo", "TaskChanged", "TaskInfo"]
 
-TASK_KEYS = ("name", "import_path", "data_fingerprint", "eval_fingerprint")  # the task section's own keys; every other is a parameter
+TASK_KEYS = ("name", "import_path", "data_fingerprint", "eval_fingerprint", "source_file", "source_sha256")  # the task section's own keys; every other is a parameter
 
 
 class TaskChanged(ValueError):
@@ -53,6 +53,8 @@ class TaskInfo:
     import_path: str | None = None
     data_fingerprint: str | None = None
     eval_fingerprint: str | None = None
+    source_file: str | None = None  # a task of one's own: its file, relative to the run directory
+    source_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ def _task_info(data: dict[str, Any], path: Path) -> TaskInfo:
             raise ValueError(f"{path}: task.{key}={section[key]!r} must be a string")
     params = {k: v for k, v in section.items() if k not in TASK_KEYS}
     return TaskInfo(name=name, params=MappingProxyType(params), import_path=section.get("import_path"),
-                    data_fingerprint=section.get("data_fingerprint"), eval_fingerprint=section.get("eval_fingerprint"))
+                    data_fingerprint=section.get("data_fingerprint"), eval_fingerprint=section.get("eval_fingerprint"),
+                    source_file=section.get("source_file"), source_sha256=section.get("source_sha256"))
 
 
 def _provenance(data: dict[str, Any], path: Path) -> Provenance:

@@ -52,7 +52,7 @@ from .rundir import (
 )
 from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
-from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_import_path
+from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_record
 from .tasks.base import check_sampling
 from .trackers import open_tracker
 
@@ -291,12 +291,8 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
     if ranks.main:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)
-        # the class's import path lets a new process rebuild a task of the researcher's own (training.run_task)
-        task_info = {"name": task.name, "import_path": task_import_path(type(task)), **task.params,
-                     "eval_fingerprint": task.eval_fingerprint(cfg.eval_samples),
-                     **({"data_fingerprint": task.data_fingerprint} if task.data_fingerprint is not None else {})}
-        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(), "task": task_info,
-                                    **provenance(argv)})
+        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
+                                    "task": task_record(task, cfg.eval_samples, out), **provenance(argv)})
         if task.text_tokenizer is not None:
             write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
     return 0, 0.0, None, (0.0, 0)

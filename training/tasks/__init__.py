@@ -25,7 +25,7 @@ from .base import (
 from .registry import (
     ALGORITHMIC_TASKS, BUILTIN_TASKS, TASKS, TaskImportError, TaskNotTrusted, TaskOption, check_task, check_task_class,
     get_task, is_import_path, load_task_class, register_task, resolved_task_params, task_class, task_code_trusted,
-    task_import_path, task_parameters, trust_task_code,
+    task_import_path, task_parameters, task_record, trust_task_code,
 )
 from .text import LanguageModeling, SentimentClassification
 
@@ -34,6 +34,6 @@ __all__ = [
     "LanguageModeling", "Memorize", "ModAdd", "Retrieval", "SentimentClassification", "TASKS", "Task",
     "TaskError", "TaskImportError", "TaskNotTrusted", "TaskOption", "TrainStream", "attach_tokenizer", "check_task",
     "check_task_class", "get_task", "is_import_path", "load_task_class", "parameter_names", "register_task",
-    "resolved_task_params", "row_hash", "task_class", "task_code_trusted", "task_import_path", "task_parameters",
+    "resolved_task_params", "row_hash", "task_class", "task_code_trusted", "task_import_path", "task_parameters", "task_record",
     "trust_task_code",
 ]

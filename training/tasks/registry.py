@@ -154,6 +154,31 @@ def task_import_path(cls: type[Task]) -> str:
     return f"{module}:{cls.__qualname__}"
 
 
+def task_source_file(cls: type[Task]) -> Path | None:
+    """The Python file a task class of one's own was loaded from (None for a built-in task or one without a file)."""
+    if cls.name in BUILTIN_TASKS and TASKS.get(cls.name) is cls:
+        return None
+    module = cls.__module__
+    file = _FILE_MODULES.get(module) or getattr(sys.modules.get(module), "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def task_record(task: Task, eval_samples: int | None, run_dir: Path) -> dict[str, Any]:
+    """run.json's task section: name, the class's import path (a new process rebuilds a task of one's own from it),
+    every parameter, the fingerprints of its held-out rows and (text) data, and for a task of one's own its source
+    file relative to the run and the file's SHA-256, so that a runs folder moved to another machine still names
+    its task (training.run_task looks there when the import path does not exist)."""
+    record = {"name": task.name, "import_path": task_import_path(type(task)), **task.params,
+              "eval_fingerprint": task.eval_fingerprint(eval_samples)}
+    if task.data_fingerprint is not None:
+        record["data_fingerprint"] = task.data_fingerprint
+    source = task_source_file(type(task))
+    if source is not None and source.is_file():
+        record["source_file"] = os.path.relpath(source, Path(run_dir).resolve())
+        record["source_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    return record
+
+
 def load_task_class(spec: str) -> type[Task]:
     """The Task class at import path `spec` ('pkg.module:Class' or 'path/to/file.py:Class'); the module is
     imported with the current directory on sys.path. TaskImportError (one line, naming the module) else."""
