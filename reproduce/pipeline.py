@@ -439,7 +439,6 @@ def record_last_study(out: Path, report_dir: Path, figures_dir: Path, preset: st
     """Write .mixit_cache/last_study.json in `where` (the working directory): where this study's runs, report and
     figures are (absolute paths), for `mixit app` with no argument."""
     path = (where or Path.cwd()) / LAST_STUDY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"runs_dir": str(out.resolve()), "report_dir": str(report_dir.resolve()),
                       "figures_dir": str(figures_dir.resolve()), "preset": preset})
     return path
@@ -495,7 +494,6 @@ def reproduce(
             (out / study / RUNS_SUMMARY).unlink(missing_ok=True)
         manifest = _start_manifest(preset, plan, started, workers, executor, report_dir, figures_dir)
         write_json(out / MANIFEST, manifest)
-        record_last_study(out, report_dir, figures_dir, preset.name)
         stages = _Stages(manifest)
         try:
             _run_stages(preset, plan, out, report_dir, figures_dir, previous, manifest, stages,
@@ -504,6 +502,10 @@ def reproduce(
         except BaseException as e:  # a write that failed, a bug, Ctrl-C: reproduce.json says so, not "running"
             _record_stop(out, manifest, stages.current, e, started)
             raise
+    try:  # last, and only where it can be: the working directory is no output folder (read-only, say)
+        record_last_study(out, report_dir, figures_dir, preset.name)
+    except OSError as e:
+        log(f"note: `mixit app` with no folder will not find this study ({e.filename}: {e.strerror or e})")
     return manifest
 
 

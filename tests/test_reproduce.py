@@ -1062,6 +1062,26 @@ def test_reproduce_records_where_its_study_is(tmp_path, monkeypatch, capsys):
     assert manifest["report_dir_resolved"] == last["report_dir"]
 
 
+def test_a_working_directory_that_cannot_take_the_pointer_still_finishes_the_reproduction(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """Every output folder named elsewhere, and .mixit_cache unwritable in the working directory (a file there: as
+    a read-only directory would, for root too): the pointer for `mixit app` is left out with a note, written last,
+    and reproduce.json says finished."""
+    from cli.main import main
+
+    cwd, outputs = tmp_path / "cwd", tmp_path / "outputs"
+    cwd.mkdir()
+    outputs.mkdir()
+    (cwd / ".mixit_cache").write_text("not a folder")
+    (outputs / "tiny.yaml").write_text(TINY_PRESET.replace("[standard, mixit]", "[standard]"))
+    monkeypatch.chdir(cwd)
+    code = main(["reproduce", "--preset", str(outputs / "tiny.yaml"), "--workers", "1", "--quiet", "--out",
+                 str(outputs / "runs"), "--report-dir", str(outputs / "rep"), "--figures-dir", str(outputs / "figs")])
+    assert code == 0 and sorted(p.name for p in cwd.iterdir()) == [".mixit_cache"]
+    assert "will not find this study" in capsys.readouterr().out
+    assert json.loads((outputs / "runs" / "reproduce.json").read_text())["status"] == "finished"
+
+
 def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
     # Their addition accuracy scores the token after each answer token: a number, but not our metric.
     from analysis.runs import load_runs
