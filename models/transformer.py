@@ -46,6 +46,7 @@ from . import tokenizer as tok
 from .checkpoint import check_state, read_weights, save_model
 from .config import ModelConfig, component_of  # component_of: re-exported, models.transformer.component_of
 from .freeze import apply_freeze, frozen_elements
+from .generate import generate
 from .lens import QK_KINDS, LensCache, LensWeights
 
 
@@ -819,6 +820,10 @@ class Transformer(LensWeights, HookedRootModule):
         """
         tokens, _ = self._encode(input, prepend_bos, truncate)
         return tokens.to(self.cfg.device) if move_to_device else tokens
+
+    def generate(self, input: str | torch.Tensor = "", max_new_tokens: int = 10, **kwargs):
+        """HookedTransformer.generate, with its arguments and return types (models/generate.py)."""
+        return generate(self, input, max_new_tokens, **kwargs)
 
     def to_string(self, tokens: torch.Tensor | list[int]) -> str | list[str]:
         """Tokens [pos] -> a string, [batch, pos] -> a list of strings (special tokens written out)."""

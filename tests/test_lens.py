@@ -56,6 +56,7 @@ UTILITIES = [
     "logit_lens",
     "process_weights_(fold_ln=True), then apply_ln_to_stack(stack) @ W_U",
     "stop_at_layer",
+    "generate",
     "get_act_patch_direct_path",
 ]
 TABLE = {u: {m: NO if m in REFUSED.get(u, ()) else OK for m in MODELS} for u in UTILITIES}
@@ -335,6 +336,16 @@ def check_stop(model, tokens, logits, cache):
         _close(model(tokens, stop_at_layer=-1), cache["blocks.1.hook_resid_pre"])
 
 
+def check_generate(model, tokens, logits, cache):
+    """Greedy generation from the first 4 positions: the forward pass's argmax, token by token (tests/test_generate.py
+    has the sampling, strings and refusals)."""
+    expected = tokens[:, :4]
+    with torch.no_grad():
+        for _ in range(6):
+            expected = torch.cat([expected, model(expected)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(model.generate(tokens[:, :4], max_new_tokens=6, do_sample=False, verbose=False), expected)
+
+
 def check_direct_path(model, tokens, logits, cache):
     corrupted = tokens.flip(0)
     with torch.no_grad():
@@ -381,6 +392,7 @@ CHECKS = {
     "logit_lens": check_logit_lens,
     "process_weights_(fold_ln=True), then apply_ln_to_stack(stack) @ W_U": check_fold,
     "stop_at_layer": check_stop,
+    "generate": check_generate,
     "get_act_patch_direct_path": check_direct_path,
 }
 BY_NAME = {check_ov, check_qk_circuit, check_qk_at}  # checks that build their own (bias-free) model
