@@ -38,7 +38,7 @@ from typing import Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from transformer_lens import HookedRootModule
+from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 
@@ -47,7 +47,7 @@ from .checkpoint import check_state, read_weights, save_model
 from .config import ModelConfig, component_of  # component_of: re-exported, models.transformer.component_of
 from .freeze import apply_freeze, frozen_elements
 from .generate import generate
-from .lens import QK_KINDS, LensCache, LensWeights
+from .lens import QK_KINDS, LensCache, LensRefusal, LensWeights
 
 
 def derive_seed(seed: int, *tags: object) -> int:
@@ -272,6 +272,24 @@ class Attention(nn.Module):
         b = torch.cat(bs, dim=0) if len(bs) > 1 else bs[0]
         out = affine(x, W.transpose(0, 1).reshape(D, -1), b.reshape(-1), self.out_mult)
         return out.view(*x.shape[:-1], len(Ws), H, E)
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """[head, d_model, d_model]: this layer's value-output maps, multiplier folded (TransformerLens's attn.OV)."""
+        return FactoredMatrix(self.W_V * self.out_mult, self.W_O * self.out_mult)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """[head, d_model, d_model]: this layer's QK circuit, scores = scale * ln1(x_q) @ QK @ ln1(x_k)^T (+ bias
+        terms), as TransformerLens's attn.QK: one softmax layer of a grid beside mixing ones. Refused (LensRefusal)
+        in a layer with no queries or keys, and with rotary positions (model.QK_at(q, k) there)."""
+        if self.kind not in QK_KINDS:
+            raise LensRefusal(f"attn.QK: this layer has {self.kind} attention, an input-independent pattern with no "
+                              "queries or keys (attn.mixing_pattern(n_ctx))")
+        if self.cfg.spec.positions == "rotary":
+            raise LensRefusal("attn.QK: rotary positions rotate queries and keys by position, so no single matrix "
+                              "gives the scores; use model.QK_at(query_pos, key_pos)")
+        return FactoredMatrix(self.W_Q * self.out_mult, (self.W_K * self.out_mult).transpose(-2, -1))
 
     def rotation(self, pos: int, which: int) -> torch.Tensor:
         """[head, d_head, d_head]: the matrix R with rotary(x) = x @ R at position `pos` (which: 0 queries, 1 keys)."""

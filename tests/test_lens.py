@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformer_lens import patching
+from transformer_lens import FactoredMatrix, patching
 
 from models import ModelConfig, build_model
-from models.lens import LensRefusal
+from models.lens import QK_KINDS, LensRefusal
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {
@@ -29,6 +29,8 @@ REFUSED = {
     "W_Q, W_K, b_Q, b_K": {"mixit", "grid"},
     "QK": {"standard", "frozen_qk", "frozen_mlp", "random", "shaped", "mixit", "grid"},
     "QK_at(query_pos, key_pos)": {"mixit", "grid"},
+    "blocks[l].attn.QK, blocks[l].attn.OV (one layer)": {"standard", "frozen_qk", "frozen_mlp", "random", "shaped",
+                                                          "mixit"},
     "all_composition_scores('Q' / 'K', positions)": {"mixit", "grid"},
     "W_pos": {"standard", "frozen_qk", "frozen_mlp", "random", "shaped"},
     "get_act_patch_direct_path": {"mixit", "shaped", "grid"},
@@ -42,6 +44,7 @@ UTILITIES = [
     "OV",
     "QK",
     "QK_at(query_pos, key_pos)",
+    "blocks[l].attn.QK, blocks[l].attn.OV (one layer)",
     "all_composition_scores('V')",
     "all_composition_scores('Q' / 'K', positions)",
     "set_use_attn_result, hook_result, compute_head_results",
@@ -189,6 +192,26 @@ def check_qk_at(name):
     model, cache = _unbiased(name)
     for layer in range(2):
         got = _scores_from(model, cache, layer, model.QK_at)
+        want = cache[f"blocks.{layer}.attn.hook_attn_scores"]
+        _close(torch.where(torch.isinf(want), 0.0, got), torch.where(torch.isinf(want), 0.0, want))
+
+
+def check_layer_circuits(name):
+    """Each layer's own QK (where it has queries and keys: a grid's softmax layer under a mixing one) gives the
+    scores, and its OV is the stacked OV's layer; a mixing layer refuses QK, and so do rotary models."""
+    model, cache = _unbiased(name)
+    if not any(block.attn.kind in QK_KINDS for block in model.blocks):
+        model.blocks[0].attn.QK  # no layer has queries and keys: the refusal is the cell
+    for layer in range(2):
+        attn = model.blocks[layer].attn
+        torch.testing.assert_close(attn.OV.AB, model.OV.AB[layer])
+        if attn.kind not in QK_KINDS:
+            with pytest.raises(LensRefusal, match="no queries or keys"):
+                attn.QK
+            continue
+        qk = attn.QK  # rotary: refused here
+        got = _scores_from(model, cache, layer, lambda q, k: FactoredMatrix(qk.A[None].expand(2, -1, -1, -1),
+                                                                            qk.B[None].expand(2, -1, -1, -1)))
         want = cache[f"blocks.{layer}.attn.hook_attn_scores"]
         _close(torch.where(torch.isinf(want), 0.0, got), torch.where(torch.isinf(want), 0.0, want))
 
@@ -378,6 +401,7 @@ CHECKS = {
     "OV": check_ov,
     "QK": check_qk_circuit,
     "QK_at(query_pos, key_pos)": check_qk_at,
+    "blocks[l].attn.QK, blocks[l].attn.OV (one layer)": check_layer_circuits,
     "all_composition_scores('V')": check_composition_v,
     "all_composition_scores('Q' / 'K', positions)": check_composition_qk,
     "set_use_attn_result, hook_result, compute_head_results": check_result,
@@ -395,7 +419,7 @@ CHECKS = {
     "generate": check_generate,
     "get_act_patch_direct_path": check_direct_path,
 }
-BY_NAME = {check_ov, check_qk_circuit, check_qk_at}  # checks that build their own (bias-free) model
+BY_NAME = {check_ov, check_qk_circuit, check_qk_at, check_layer_circuits}  # checks that build their own (bias-free) model
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
