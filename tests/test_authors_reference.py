@@ -44,6 +44,26 @@ PRESET = {
 }
 
 
+@pytest.fixture
+def text_data(tmp_path, monkeypatch):
+    """The real corpora's layout under ../shared/data, with generated text where they are absent (a clone alone,
+    offline): the text studies then plan as they would with them, without the Hub."""
+    from corpora import labelled_sentences, wikitext_like
+    from reproduce import corpora as sources
+
+    if sources._shared_data_dirs():
+        return
+    data = tmp_path / "data"
+    files = {"wikitext-2/valid.txt": wikitext_like(seed=1), "wikitext-2/test.txt": wikitext_like(seed=2),
+             "sentiment-sentences/yelp_labelled.txt": labelled_sentences(),
+             "sst-2/train.tsv": "sentence\tlabel\n" + labelled_sentences(seed=1),
+             "sst-2/dev.tsv": "sentence\tlabel\n" + labelled_sentences(seed=2)}
+    for rel, text in files.items():
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_text(text, encoding="utf-8")
+    monkeypatch.setattr(sources, "_shared_data_dirs", lambda: [data])
+
+
 @pytest.fixture(scope="module")
 def preset():
     return Preset.from_dict(json.loads(json.dumps(PRESET)), "test preset")
@@ -86,7 +106,7 @@ def test_steps_and_settings_are_ours(preset, study, script):
         _check_ours(r, t)
 
 
-def test_every_quick_study_translates_or_is_refused_with_a_reason():
+def test_every_quick_study_translates_or_is_refused_with_a_reason(text_data):
     quick = load_preset("quick")
     scripts = set()
     for name, study in quick.studies.items():
@@ -256,7 +276,7 @@ def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset
 
 
 # --------------------------------------------------------------------------- sentiment: their classifier
-def test_sentiment_translates_to_their_classifier():
+def test_sentiment_translates_to_their_classifier(text_data):
     quick = load_preset("quick")
     runs = ar.study_runs(quick, "sentiment", seeds=[0])
     assert {r["variant"] for r in runs} == {"standard", "frozen_qk", "mixit"}
