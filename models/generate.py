@@ -3,8 +3,8 @@
     model.generate("ROMEO:", max_new_tokens=20, temperature=0)        # greedy; a string in, a string out
     model.generate(tokens, max_new_tokens=5, do_sample=True, top_k=10)  # tokens [batch, pos] in, tokens out
 
-Each new token reads the logits at the last position of the whole sequence so far (no key-value cache: the
-small models here recompute it faster than they would manage one, and the result is the same). What would give
+Each new token reads the logits at the last position of the whole sequence so far: the sequence is recomputed at
+every step (no key-value cache), which gives the tokens a cache would. What would give
 another model's numbers is refused in one line (`LensRefusal`): a classifier or a bidirectional model (no
 next-token distribution), a sequence that would outgrow n_ctx (positions beyond it were never trained, and
 MixiT's fixed matrices stop there), a frequency penalty (not offered), and left padding (rejected by the forward).
