@@ -112,8 +112,8 @@ def test_bpe_round_trips_text_and_token_cache_is_reused(tmp_path, monkeypatch):
         get_task("lm", cache_dir=tmp_path / "cache", **{**params, "vocab_size": 600})
 
 
-def test_a_token_cache_entry_altered_within_the_vocabulary_is_rebuilt_not_trained_on(tmp_path):
-    params = dict(text_file=[str(SHAKESPEARE)], vocab_size=512, seq_len=64)
+def test_a_token_cache_entry_altered_within_the_vocabulary_is_rebuilt_not_trained_on(tmp_path, generated_corpora):
+    params = dict(text_file=[str(generated_corpora["lm"])], vocab_size=300, seq_len=32)
     clean = get_task("lm", cache_dir=tmp_path / "cache", **params)
     entry = next((tmp_path / "cache").glob("tokens-*.npy"))
     altered = np.load(entry)
