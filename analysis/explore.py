@@ -36,7 +36,7 @@ from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST,
     METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
-    lock_holder, read_metric_records,
+    UNFINISHED, lock_holder, read_metric_records, unfinished_status,
 )
 from training.rundir import read_run_info as _read_run_info
 from training.runinfo import RunInfo
@@ -91,7 +91,6 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 # --------------------------------------------------------------------------- runs
 _ROW_CACHE: dict[str, tuple[tuple, dict[str, Any]]] = {}
-UNFINISHED = ("running", "interrupted")  # a run without summary.json: a process writes it, or none does
 _STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FILE}",
             f"{CHECKPOINT_DIR}/{WEIGHTS_FILE}")
 
@@ -124,7 +123,7 @@ def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
     if cached is not None and cached[0] == stamp:
         row = dict(cached[1])
         if row["status"] in UNFINISHED:  # a process may have stopped since, without touching a file
-            row["status"] = "running" if lock_holder(run_dir) is not None else "interrupted"
+            row["status"] = unfinished_status(run_dir)
         return row
     row = load_run(run_dir, root)
     row["run"] = run_id

@@ -28,7 +28,7 @@ from training.run import analysis_summary, read_analysis, read_run_record  # noq
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
 )
-from training.rundir import TUNING_FILE
+from training.rundir import TUNING_FILE, UNFINISHED
 from training.trainer import TrainConfig
 from training.tuning import Tuning, tuning_key
 
@@ -79,7 +79,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
         row.update(status="corrupt", error=str(e))
         return row
     row.update(_config_columns(record.train), **record.metrics, status=record.status)
-    if record.status not in ("finished", "running", "interrupted"):
+    if record.status != "finished" and record.status not in UNFINISHED:
         row["error"] = record.message
     return row
 

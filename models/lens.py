@@ -28,6 +28,7 @@ scaled on its way to the residual stream.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal, Optional, Union
 
 import einops
@@ -129,8 +130,6 @@ class LensWeights:
         weights or the unembedding is exact only under LayerNorm, which subtracts the mean; these models' RMSNorm does
         not, so it is skipped with a warning, as TransformerLens skips it for its RMSNorm models. Refactoring the
         factored attention matrices is refused (LensRefusal). Returns the model."""
-        import warnings
-
         if refactor_factored_attn_matrices:
             raise LensRefusal("refactor_factored_attn_matrices is not offered: fold the norms, then read QK/OV "
                               "(or QK_at for rotary models)")
@@ -146,12 +145,11 @@ class LensWeights:
             self._require_qk(f"model.{name}")
         tensors = []
         for block in self.blocks:
-            module = getattr(block, part)
             if part == "attn":
-                mult = module.out_mult
+                tensors.append(block.attn.folded(name))
             else:
-                mult = module.out_mult if name.endswith("out") else module.in_mult
-            tensors.append(getattr(module, name) * mult)
+                mult = block.mlp.out_mult if name.endswith("out") else block.mlp.in_mult
+                tensors.append(getattr(block.mlp, name) * mult)
         return torch.stack(tensors)
 
     def _require_qk(self, what: str) -> None:

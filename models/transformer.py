@@ -273,10 +273,14 @@ class Attention(nn.Module):
         out = affine(x, W.transpose(0, 1).reshape(D, -1), b.reshape(-1), self.out_mult)
         return out.view(*x.shape[:-1], len(Ws), H, E)
 
+    def folded(self, name: str) -> torch.Tensor:
+        """A weight or bias of this layer (W_Q, ..., b_O) times the multiplier the forward applies to it."""
+        return getattr(self, name) * self.out_mult
+
     @property
     def OV(self) -> FactoredMatrix:
         """[head, d_model, d_model]: this layer's value-output maps, multiplier folded (TransformerLens's attn.OV)."""
-        return FactoredMatrix(self.W_V * self.out_mult, self.W_O * self.out_mult)
+        return FactoredMatrix(self.folded("W_V"), self.folded("W_O"))
 
     @property
     def QK(self) -> FactoredMatrix:
@@ -289,7 +293,7 @@ class Attention(nn.Module):
         if self.cfg.spec.positions == "rotary":
             raise LensRefusal("attn.QK: rotary positions rotate queries and keys by position, so no single matrix "
                               "gives the scores; use model.QK_at(query_pos, key_pos)")
-        return FactoredMatrix(self.W_Q * self.out_mult, (self.W_K * self.out_mult).transpose(-2, -1))
+        return FactoredMatrix(self.folded("W_Q"), self.folded("W_K").transpose(-2, -1))
 
     def rotation(self, pos: int, which: int) -> torch.Tensor:
         """[head, d_head, d_head]: the matrix R with rotary(x) = x @ R at position `pos` (which: 0 queries, 1 keys)."""

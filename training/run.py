@@ -26,8 +26,8 @@ from models import ModelConfig
 from models.transformer import Transformer
 
 from .rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, lock_holder, read_json,
-    read_metric_records, read_run_info,
+    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, read_json,
+    read_metric_records, read_run_info, unfinished_status,
 )
 from .runinfo import Provenance, RunInfo, TaskInfo
 from .tasks import (
@@ -70,9 +70,7 @@ class RunRecord:
     def status(self) -> str:
         """finished | diverged | error | ... as summary.json says; without a summary "running" while a process holds
         the run's lock, else "interrupted" (killed, or stopped by a signal: `--resume` continues it)."""
-        if self.summary is None:
-            return "running" if lock_holder(self.path) is not None else "interrupted"
-        return str(self.summary.get("status", "finished"))
+        return unfinished_status(self.path) if self.summary is None else str(self.summary.get("status", "finished"))
 
     @property
     def message(self) -> str | None:

@@ -93,7 +93,7 @@ __all__ = [
     "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
     "SUMMARY_FILE", "SWEEP_FILE", "TUNING_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
     "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
-    "truncate_metrics", "lock_holder", "what_it_holds", "write_json", "write_runs_table", "write_text",
+    "truncate_metrics", "UNFINISHED", "lock_holder", "unfinished_status", "what_it_holds", "write_json", "write_runs_table", "write_text",
 ]
 
 
@@ -154,8 +154,7 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise RunLocked(f"{run_dir} is being written by another process (PID {holder}); "
+            raise RunLocked(f"{run_dir} is being written by another process (PID {_pid_in(fd)}); "
                             "wait for it to finish or stop it") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -202,6 +201,15 @@ def what_it_holds(path: str | Path) -> str:
     return f"{path} holds no run but other files ({shown}); choose another --out, or move them away"
 
 
+UNFINISHED = ("running", "interrupted")  # the status of a run without summary.json (unfinished_status)
+
+
+def unfinished_status(run_dir: str | Path) -> str:
+    """A run without summary.json: "running" while a process holds its lock, else "interrupted" (killed, or stopped by
+    a signal: `--resume` continues it)."""
+    return "running" if lock_holder(run_dir) is not None else "interrupted"
+
+
 def lock_holder(run_dir: str | Path) -> str | None:
     """The PID of the process holding the run's (or runs folder's) lock (run_lock), or None when no process does."""
     try:
@@ -216,9 +224,14 @@ def lock_holder(run_dir: str | Path) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # taken only when no writer holds it; released at once
         return None
     except BlockingIOError:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        return _pid_in(fd)
     finally:
         os.close(fd)
+
+
+def _pid_in(fd: int) -> str:
+    """The PID run_lock's holder wrote into the lock file."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
 
 
 def _summary_status(run_dir: Path) -> str | None:
