@@ -71,23 +71,31 @@ def _task_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _register_task_arg(argv: Sequence[str]) -> None:
-    """`mixit train --task package.module:Class`: import and register the class before the parser is built, so
-    that its constructor parameters become options (--length ...). CLIError (one line) if it cannot be."""
-    if not argv or argv[0] not in ("train", "tune"):
-        return
+def _task_values(argv: Sequence[str]) -> list[str]:
+    """The values of --task (train, tune) or --tasks (sweep: several, up to the next option) in argv."""
+    flag = "--tasks" if argv[0] == "sweep" else "--task"
+    values = []
     for i, arg in enumerate(argv):
-        if arg == "--task" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith("--task="):
-            value = arg.partition("=")[2]
-        else:
-            continue
-        if is_import_path(value):
-            try:
-                _task_arg(value)
-            except argparse.ArgumentTypeError as e:
-                raise CLIError(f"mixit {argv[0]}: error: --task: {e}") from None
+        if arg == flag:
+            following = argv[i + 1:] if flag == "--tasks" else argv[i + 1:i + 2]
+            values += list(itertools.takewhile(lambda a: not a.startswith("-"), following))
+        elif arg.startswith(flag + "="):
+            values.append(arg.partition("=")[2])
+    return values
+
+
+def _register_task_arg(argv: Sequence[str]) -> None:
+    """`mixit train --task package.module:Class` (tune, and sweep's --tasks, alike): import and register the class
+    before the parser is built, so that its constructor parameters become options (--length ...). CLIError (one
+    line) if it cannot be."""
+    if not argv or argv[0] not in ("train", "tune", "sweep"):
+        return
+    for value in filter(is_import_path, _task_values(argv)):
+        try:
+            _task_arg(value)
+        except argparse.ArgumentTypeError as e:
+            flag = "--tasks" if argv[0] == "sweep" else "--task"
+            raise CLIError(f"mixit {argv[0]}: error: {flag}: {e}") from None
 
 
 def _task_params(args: argparse.Namespace, task: str) -> dict[str, Any]:
@@ -292,7 +300,9 @@ def build_parser() -> OneLineParser:
     s.set_defaults(handler=cmd_sweep)
     s.add_argument("grid", nargs="?", type=path_arg, help="YAML/JSON grid file (options below override it)")
     s.add_argument("--variants", nargs="+", help=f"'all' or some of: {', '.join(VARIANTS)}")
-    s.add_argument("--tasks", nargs="+", help=f"some of: {', '.join(TASKS)}")
+    s.add_argument("--tasks", nargs="+", type=_task_arg, metavar="TASK",
+                   help=f"some of: {', '.join(TASKS)}, or your own Task classes (package.module:Class, "
+                        "path/to/file.py:Class), as mixit train --task takes them")
     s.add_argument("--seeds", type=int, nargs="+")
     s.add_argument("--workers", type=int, default=1, help="parallel worker processes")
     s.add_argument("--out", type=path_arg, default=Path("checkpoints/sweep"), help="directory of run directories")

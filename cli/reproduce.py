@@ -62,6 +62,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Resolve the preset, its corpora and runs once (every input error before anything trains, --dry-run too),
     then run the pipeline on that plan."""
     from reproduce.pipeline import load_preset, plan_reproduction, reproduce
+    from reproduce.report import check_report_dir
     from training.tasks import trust_task_code
     from training.trackers import check_tracker
 
@@ -80,6 +81,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         figures_dir = args.figures_dir or Path("figures/out") / preset.name
         for option, folder in (("--out", out), ("--report-dir", report_dir), ("--figures-dir", figures_dir)):
             check_output_dir(option, folder)  # each output folder, before anything trains (--dry-run too)
+        check_report_dir(report_dir, out)
         if args.tune and args.tuning is not None:
             raise ValueError("--tune trains the learning-rate grid now and --tuning reads a recorded one: give one")
         plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run,

@@ -20,14 +20,16 @@ parts (ours beside the authors' code's) and the runs it read.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
 from analysis.runs import damaged_files, load_runs, reported, tuning_runs
-from models.files import atomic_file, write_json, write_text
+from models.files import atomic_directory, atomic_file, recover_directory, remove_leftovers, write_json, write_text
 from training.rundir import REPORT_FILE
 
 from .claims import Claim, Finding, Part
@@ -137,7 +139,7 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     `reference`: the authors' code's records (reproduce.reference; default: the recorded file). `runs`: the
     runs below runs_dir as analysis.runs.load_runs gives them (read here when not given)."""
     runs_dir, report_dir = Path(runs_dir), Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    check_report_dir(report_dir, runs_dir)
     runs = load_runs(runs_dir) if runs is None else runs
     reference = load_reference() if reference is None else reference
     tables, sources = tables_with_sources(runs, runs_dir)
@@ -152,9 +154,6 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
     tables["learning_rates"] = learning_rates_table(grid_runs)
     scale = {name: df for name, df in emergence_tables(runs_dir, runs=runs).items() if len(df)}  # the scale preset
     flat = pd.DataFrame([{k: v for k, v in f.items() if k not in NESTED_KEYS} for f in findings])
-    for name, df in {**tables, **scale, "findings": flat}.items():
-        with atomic_file(report_dir / REPORT_TABLE.format(name)) as fh:
-            df.to_csv(fh, index=False)
     lines = [*_header(runs_dir, runs, manifest), *_damaged_section(runs_dir, runs),
              *_findings_section(findings, tables, scale)]
     for name, df in tables.items():
@@ -165,9 +164,43 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
         lines.append(markdown_table(df))
     lines += emergence_section(scale)  # [] without scale runs
     lines += _figures_section(report_dir, figures_dir, manifest.get("failed_figures") or {})
-    write_text(report_dir / REPORT_FILE, "\n".join(lines))
-    write_json(report_dir / FINDINGS_FILE, findings)
+    with report_folder(report_dir) as folder:
+        for name, df in {**tables, **scale, "findings": flat}.items():
+            with atomic_file(folder / REPORT_TABLE.format(name)) as fh:
+                df.to_csv(fh, index=False)
+        write_text(folder / REPORT_FILE, "\n".join(lines))
+        write_json(folder / FINDINGS_FILE, findings)
     return findings
+
+
+def check_report_dir(report_dir: str | Path, runs_dir: str | Path) -> None:
+    """ValueError (one line) if the report folder holds the runs folder: a report is swapped in whole."""
+    report, runs = Path(report_dir).resolve(), Path(runs_dir).resolve()
+    if report == runs or report in runs.parents:
+        raise ValueError(f"--report-dir {report_dir} holds the runs folder {runs_dir}: a report folder is replaced "
+                         "whole each time it is written, so give the report a folder of its own")
+
+
+def is_report_file(name: str) -> bool:
+    """Whether a name in a report folder is one of the report's own files (report.md, findings.json, a table)."""
+    return name in (REPORT_FILE, FINDINGS_FILE) or name.endswith(REPORT_TABLE.format(""))
+
+
+@contextlib.contextmanager
+def report_folder(report_dir: Path) -> Iterator[Path]:
+    """A folder to write a report into, swapped in whole for `report_dir` when the block ends (models.files.
+    atomic_directory): a reader or a kill never sees one reproduction's tables beside another's report.md. What
+    else the folder holds (a figures folder put inside it, notes of one's own) is copied over first, so it stays."""
+    recover_directory(report_dir)  # a swap a kill interrupted: the complete copy back first
+    remove_leftovers(report_dir)
+    with atomic_directory(report_dir) as folder:
+        if report_dir.is_dir():
+            for entry in report_dir.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, folder / entry.name, symlinks=True)
+                elif not is_report_file(entry.name):
+                    shutil.copy2(entry, folder / entry.name, follow_symlinks=False)
+        yield folder
 
 
 def _trained(finding: dict[str, Any]) -> bool:

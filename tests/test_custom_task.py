@@ -335,3 +335,30 @@ def test_a_runs_folder_moved_with_its_task_file_still_rebuilds_the_task(tmp_path
     (moved / "moving_task.py").write_text(source + "\n# a comment added later\n")
     with pytest.warns(UserWarning, match="moving_task.py changed since the run trained"):
         run_task(moved / "runs" / "m")
+
+
+@pytest.mark.slow
+def test_a_sweep_takes_ones_own_task_by_import_path_and_names_and_records_it_as_train_does(tmp_path):
+    """`mixit sweep --tasks path/to/file.py:Class` on two worker processes (which have never seen the class), and a
+    grid file naming it: run folders named by the task's name, run.json's task section as `mixit train` writes it."""
+    task_file = tmp_path / "my_task.py"  # a task of one's own, under a name of its own
+    task_file.write_text((ROOT / "examples" / "my_task.py").read_text().replace('name = "reverse"', 'name = "reverse-s"'))
+    small = [*SMALL[:-1], "--steps", "10", "--eval-every", "10"]  # a sweep has no --quiet
+    done = _mixit(["sweep", "--tasks", f"{task_file}:ReverseTask", "--length", "3", "--variants", "standard", "mixit",
+                   "--workers", "2", *small, "--out", str(tmp_path / "sweep")], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = sorted(p.parent for p in (tmp_path / "sweep").glob("*/run.json"))
+    assert [r.name.split("__")[:2] for r in runs] == [["reverse-s_length3", "mixit"], ["reverse-s_length3", "standard"]]
+    done = _mixit(["train", "--task", f"{task_file}:ReverseTask", "--length", "3", *small, "--quiet",
+                   "--out", str(tmp_path / "train")], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    by_train = json.loads((tmp_path / "train" / "run.json").read_text())["task"]
+    by_sweep = json.loads((runs[1] / "run.json").read_text())["task"]
+    assert by_sweep.pop("source_file") == "../../my_task.py" and by_train.pop("source_file") == "../my_task.py"
+    assert by_sweep == by_train and by_sweep["import_path"] == f"{task_file}:ReverseTask"
+
+    (tmp_path / "grid.yaml").write_text(f"tasks: [{{my_task.py:ReverseTask: {{length: 2}}}}]\nvariants: [standard]\n")
+    done = _mixit(["sweep", str(tmp_path / "grid.yaml"), "--dry-run", "--out", str(tmp_path / "g")], cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("reverse-s_length2__standard__"), done.stderr
+    done = _mixit(["sweep", "--tasks", "my_task.py:Nope", "--out", str(tmp_path / "g")], cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "has no 'Nope'" in done.stderr, done.stderr

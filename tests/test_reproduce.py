@@ -238,6 +238,42 @@ def test_missing_data_is_not_measured_never_holds():
     assert all("not measured" in f["ours"] for f in findings)
 
 
+def test_a_report_is_swapped_in_whole_and_keeps_what_else_its_folder_holds(tmp_path, monkeypatch):
+    """A report stopped half-way (here, by an interrupt after its first table) leaves the previous report whole;
+    the next one replaces it whole: a table of the older reproduction goes, a figures folder and notes stay."""
+    from reproduce import report
+
+    runs, folder = tmp_path / "runs", tmp_path / "report"
+    runs.mkdir()
+    report.write_report(runs, folder, {"preset": "first"})
+    first = {p.name: p.read_bytes() for p in folder.iterdir()}
+    (folder / "table9_gone.csv").write_text("a\n1\n")  # a table only an older reproduction wrote
+    (folder / "notes.txt").write_text("mine")
+    (folder / "figures").mkdir()
+    (folder / "figures" / "a.png").write_bytes(b"png")
+    (tmp_path / ".report.tmp-left").mkdir()  # what a SIGKILL while writing leaves beside it
+
+    real, written = report.atomic_file, []
+
+    def interrupted(path, *args, **kwargs):
+        written.append(path)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(report, "atomic_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_report(runs, folder, {"preset": "second"})
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name in first} == first
+    assert (folder / "table9_gone.csv").is_file() and all(p.parent != folder for p in written)  # written elsewhere
+    monkeypatch.undo()
+    report.write_report(runs, folder, {"preset": "second"})
+    assert "preset `second`" in (folder / "report.md").read_text() and not (folder / "table9_gone.csv").exists()
+    assert (folder / "notes.txt").read_text() == "mine" and (folder / "figures" / "a.png").read_bytes() == b"png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "runs"]  # no hidden copy left beside it
+    with pytest.raises(ValueError, match="--report-dir .* holds the runs folder"):
+        report.write_report(runs, tmp_path, {"preset": "third"})
+
 def test_a_report_without_paper_runs_says_so_instead_of_a_table(tmp_path):
     from reproduce.report import write_report
 

@@ -41,7 +41,7 @@ from models.files import as_list, load_yaml
 from .pool import WorkerDied, _set_threads, one_line_warnings, pool_map, threads_per_worker  # noqa: F401 (re-exported)
 from .rundir import (RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table,
                      write_text)
-from .tasks import TASKS
+from .tasks import BUILTIN_TASKS, TASKS, is_import_path, load_task_class, register_task, task_import_path
 from .trainer import TrainConfig, check_same_settings, train
 
 Run = tuple[str, TrainConfig]
@@ -87,14 +87,26 @@ def variant_entry(entry: Any) -> tuple[str, dict[str, Any]]:
     return name, settings
 
 
+def task_name(spec: str) -> str:
+    """A sweep's task as its name: a name in TASKS as given, an import path (package.module:Class,
+    path/to/file.py:Class) imported and registered as `mixit train --task` does, so that the runs are named and
+    recorded alike; ValueError (one line) naming what is allowed otherwise."""
+    if spec in TASKS:
+        return spec
+    if is_import_path(spec):
+        return register_task(load_task_class(spec)).name
+    raise ValueError(f"task {spec!r} is not one of: {', '.join(TASKS)}, or the import path of your own Task class "
+                     "(package.module:Class or path/to/file.py:Class)")
+
+
 def _tasks_from_file(entries: Any) -> list[tuple[str, dict]]:
     out = []
     for entry in as_list(entries):
         if isinstance(entry, str):
-            out.append((entry, {}))
+            out.append((task_name(entry), {}))
         elif isinstance(entry, dict) and len(entry) == 1:
             (name, params), = entry.items()
-            out.append((name, dict(params or {})))
+            out.append((task_name(name), dict(params or {})))
         else:
             raise ValueError(f"grid: task entry {entry!r} must be a name or {{name: {{param: value}}}}")
     return out
@@ -202,10 +214,7 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
 
     variants = overrides.get("variants") or as_list(grid.get("variants", defaults["variants"]))
     if overrides.get("tasks"):
-        for t in overrides["tasks"]:
-            if t not in TASKS:
-                raise ValueError(f"task {t!r} is not one of: {', '.join(TASKS)}")
-        tasks = [(t, {}) for t in overrides["tasks"]]
+        tasks = [(task_name(t), {}) for t in overrides["tasks"]]
     elif "tasks" in grid:
         tasks = _tasks_from_file(grid["tasks"])
     else:
@@ -247,6 +256,16 @@ class TrainJob:
     run_dir: str
     command: str  # recorded in run.json as the command that trained it ("sweep", "reproduce")
     tracker: str | None = None  # training.trackers: also send the metrics to TensorBoard or W&B
+    task_import: str | None = None  # a task registered in the parent process (not built in): where the worker
+    # imports it from (its import path), so that the run is named and recorded as in the parent
+
+
+def worker_task_import(task: str) -> str | None:
+    """The import path a fresh worker process needs to know `task`: None for a built-in task, an import path (the
+    worker imports it itself) or a name this process does not know (the run's own error says so)."""
+    if task in BUILTIN_TASKS or task not in TASKS:
+        return None
+    return task_import_path(TASKS[task])
 
 
 def train_one(job: TrainJob) -> dict[str, Any]:
@@ -255,17 +274,23 @@ def train_one(job: TrainJob) -> dict[str, Any]:
     A run that fails becomes a row with status "error" and the message, so one failure never
     stops the others.
     """
-    cfg = TrainConfig.from_dict(job.config)
     start = time.perf_counter()
     try:
+        if job.task_import is not None:  # a task of one's own, registered in the parent: register it here too
+            register_task(load_task_class(job.task_import))
+        cfg = TrainConfig.from_dict(job.config)
         summary = train(cfg, job.run_dir, resume=True, progress=False,
                         argv=["mixit", job.command, f"(run {job.name})"], tracker=job.tracker)
     except RunLocked as e:  # another sweep (or mixit train) is training it: leave it to that one
-        summary = {"status": "running elsewhere", "message": str(e), "variant": cfg.variant, "task": cfg.task}
+        summary = {"status": "running elsewhere", "message": str(e), **_what(job)}
     except Exception as e:  # one failed run must not stop the sweep
-        summary = {"status": "error", "message": f"{type(e).__name__}: {e}", "variant": cfg.variant, "task": cfg.task}
+        summary = {"status": "error", "message": f"{type(e).__name__}: {e}", **_what(job)}
     summary.setdefault("elapsed_s", time.perf_counter() - start)
     return {"run": job.name, **summary}
+
+
+def _what(job: TrainJob) -> dict[str, Any]:
+    return {"variant": job.config.get("variant"), "task": job.config.get("task")}
 
 
 EXECUTORS = ("pool", "ray")
@@ -412,7 +437,8 @@ def train_runs(runs: Sequence[Run], out: Path, executor: Executor | int, command
     processes); yield each summary row."""
     if isinstance(executor, int):
         executor = Executor(workers=executor)
-    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker) for name, cfg in runs]
+    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker, worker_task_import(cfg.task))
+            for name, cfg in runs]
     yield from executor.map(train_one, jobs, _lost_run)
 
 
