@@ -8,6 +8,7 @@ under its final name, and an error never loses the previous version.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -70,11 +71,29 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
             yield fh
         os.replace(tmp, path)
     except OSError as e:  # a write or close names no file (a full disk): name the one being written
+        e = _with_errno(e, Path(tmp))  # before the partial file goes: it is what filled the disk
         Path(tmp).unlink(missing_ok=True)
         raise _naming(e, [Path(tmp)], path) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+FULL_BELOW = 1 << 20  # free bytes under which a write that stopped short is taken for a full disk
+
+
+def _with_errno(error: OSError, written: Path) -> OSError:
+    """A write that stopped short with no errno (numpy's `tofile`, under `np.save`, says only "N requested and M
+    written") as the error the disk gives: ENOSPC where the disk holding `written` is full, EIO otherwise."""
+    if error.errno is not None:
+        return error
+    try:
+        stats = os.statvfs(written.parent)
+        full = stats.f_bavail * stats.f_frsize < FULL_BELOW
+    except (OSError, AttributeError):  # no statvfs (Windows): say what is known
+        full = False
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, os.strerror(code) if full else f"{os.strerror(code)} ({error})", str(written))
 
 
 def write_text(path: str | Path, text: str) -> None:

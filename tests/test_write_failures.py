@@ -113,6 +113,23 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(small_disk, tmp_path)
     assert json.loads((run / "run.json").read_text())  # what was written before stays readable
 
 
+def test_a_full_disk_under_the_token_cache_names_the_entry_and_the_cause(small_disk, monkeypatch):
+    # Was: numpy's "800000 requested and 204800 written", naming no file and no cause.
+    import numpy as np
+
+    from cli.common import os_error_line
+    from training.tasks.cache import cached_array
+
+    with pytest.raises(OSError) as full:
+        cached_array(small_disk / "cache", "k", lambda: np.zeros(100_000, dtype=np.int64))
+    assert os_error_line("train", full.value) == f"mixit train: error: {small_disk / 'cache' / 'tokens-k.npy'}: {NO_SPACE}"
+    assert not [p for p in (small_disk / "cache").iterdir()]  # no partial entry left to be read as one
+    roomy = os.statvfs_result((4096, 4096, 10**6, 10**6, 10**6, 10**6, 10**6, 10**6, 0, 255))
+    monkeypatch.setattr(os, "statvfs", lambda path: roomy)  # a short write on a disk with room: said as it is
+    with pytest.raises(OSError) as short:
+        cached_array(small_disk / "cache", "k2", lambda: np.zeros(100_000, dtype=np.int64))
+    assert short.value.errno == errno.EIO and "requested and" in short.value.strerror
+
 def test_a_full_disk_at_the_second_checkpoint_keeps_the_first(tmp_path, capsys, monkeypatch):
     import safetensors.torch
     from safetensors import SafetensorError
