@@ -322,15 +322,8 @@ def analyze_checkpoint(
     ref = find_checkpoint(path)
     _check_run_file(ref)
     digest = checkpoint_hash(ref.checkpoint)
-    previous = _read_previous(out_dir)
-    if (
-        not force
-        and previous is not None
-        and previous.get("checkpoint_sha256") == digest
-        and previous.get("analysis_version") == ANALYSIS_VERSION
-        and previous.get("options") == options_json
-        and _tables_sound(out_dir, previous.get("tables", {}))
-    ):
+    previous = None if force else _current(out_dir, digest, options_json)
+    if previous is not None:
         return "cached", previous
     if not _is_replaceable(out_dir):
         raise FileExistsError(f"refusing to replace {out_dir}: it exists and is not an earlier analysis")
@@ -410,19 +403,44 @@ def _check_run_file(ref) -> None:
                               "(or retrain the run) to analyse it") from None
 
 
+def cached_analysis(path: str | Path, out_dir: str | Path, options: AnalysisOptions | dict[str, Any] | None = None
+                    ) -> dict[str, Any] | None:
+    """The analysis.json `analyze_checkpoint` would return as "cached" (the same checkpoint bytes, analysis version and
+    options; every table there, with its columns), else None; without loading the model, so that a rerun over
+    thousands of analysed runs decides in one process which need a worker. Errors as analyze_checkpoint's."""
+    from .common import checkpoint_hash, find_checkpoint
+
+    if not isinstance(options, AnalysisOptions):
+        options = AnalysisOptions.from_dict(options)
+    ref = find_checkpoint(path)
+    _check_run_file(ref)
+    return _current(Path(out_dir), checkpoint_hash(ref.checkpoint), options.to_dict())
+
+
+def _current(out_dir: Path, digest: str, options_json: dict[str, Any]) -> dict[str, Any] | None:
+    """The earlier analysis in out_dir if it was made of these checkpoint bytes, by this version, with these options,
+    and its tables are sound; else None."""
+    previous = _read_previous(out_dir)
+    if (previous is not None and previous.get("checkpoint_sha256") == digest
+            and previous.get("analysis_version") == ANALYSIS_VERSION and previous.get("options") == options_json
+            and _tables_sound(out_dir, previous.get("tables", {}))):
+        return previous
+    return None
+
+
 def _tables_sound(out_dir: Path, tables: Any) -> bool:
     """Whether every table an earlier analysis lists is there and readable; a damaged one is warned about (one
     line naming it) and makes the analysis be computed again."""
     import warnings
 
-    from .runs import table_file_problem
+    from .runs import table_header_problem
 
     if not isinstance(tables, dict):
         return False
     for name, file in tables.items():
         if not (out_dir / str(file)).is_file():
             return False
-        problem = table_file_problem(out_dir / str(file), str(name))
+        problem = table_header_problem(out_dir / str(file), str(name))
         if problem is not None:
             warnings.warn(problem.split(";")[0].replace("read as missing", "computing it again"), stacklevel=3)
             return False

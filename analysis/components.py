@@ -321,23 +321,29 @@ KINDS = {"attn": "attention", "mlp": "MLP"}
 
 def _per_run(run: Any, table: pd.DataFrame, per_layer: bool) -> list[dict[str, Any]]:
     """One run's rows: per kind (and per layer), share of the logit difference, accuracy lost (points) under
-    mean and resample ablation, and the share of stored bits lost (%, memorize runs)."""
+    mean and resample ablation, and the share of stored bits lost (%, memorize runs). Plain records, not pandas
+    indexing: a figure over thousands of runs calls it once per run."""
     rows = []
-    first = table[table["component"] == "all_attn"].iloc[0]
-    base_acc = first.mean_accuracy - first.mean_delta_accuracy  # the intact model on the same eval rows
+    columns = list(table.columns)
+    records = [dict(zip(columns, values)) for values in zip(*(table[c].tolist() for c in columns))]
+    by_component: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_component.setdefault(r["component"], []).append(r)
+    first = by_component["all_attn"][0]
+    base_acc = first["mean_accuracy"] - first["mean_delta_accuracy"]  # the intact model on the same eval rows
     for kind, name in KINDS.items():
-        layers = table[table["component"] == kind]
+        layers = by_component.get(kind, [])
         # Per layer: that layer's own row; else the all-at-once ablation, with the layers' shares summed.
-        targets = list(layers.itertuples()) if per_layer else [next(table[table["component"] == f"all_{kind}"].itertuples())]
+        targets = layers if per_layer else [by_component[f"all_{kind}"][0]]
         for r in targets:
-            layer = int(r.layer) if per_layer else -1
-            share = float(r.share) if per_layer else float(layers["share"].sum())
-            intact = r.mean_bits + r.mean_bits_lost if pd.notna(r.mean_bits) else float("nan")
+            layer = int(r["layer"]) if per_layer else -1
+            share = float(r["share"]) if per_layer else float(pd.Series([x["share"] for x in layers], dtype=float).sum())
+            intact = r["mean_bits"] + r["mean_bits_lost"] if pd.notna(r["mean_bits"]) else float("nan")
             rows.append({
                 "task": run.task_label, "variant": run.variant, "d_model": run.d_model, "n_layers": run.n_layers,
                 "layer": layer, "component": name, "accuracy": 100 * base_acc, "share": share,
-                "mean_drop": -100 * r.mean_delta_accuracy, "resample_drop": -100 * r.resample_delta_accuracy,
-                "bits_lost": 100 * r.mean_bits_lost / intact if intact and pd.notna(intact) else float("nan"),
+                "mean_drop": -100 * r["mean_delta_accuracy"], "resample_drop": -100 * r["resample_delta_accuracy"],
+                "bits_lost": 100 * r["mean_bits_lost"] / intact if intact and pd.notna(intact) else float("nan"),
             })
     return rows
 

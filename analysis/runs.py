@@ -16,6 +16,7 @@ it); `damaged_files` lists both, for the report and the explorer to show.
 
 from __future__ import annotations
 
+import csv
 import warnings
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,24 @@ def analysis_table_problem(run_dir: str | Path, name: str) -> str | None:
 def table_file_problem(path: str | Path, name: str) -> str | None:
     """Why the analysis table file `path` (table `name`) is damaged (one line naming it), or None: absent or sound."""
     return _read_table(Path(path), name)[1]
+
+
+def table_header_problem(path: str | Path, name: str) -> str | None:
+    """Why the analysis table file `path` (table `name`) is damaged judging by its first line (unreadable, not text,
+    without the table's columns), as table_file_problem says it; None if its header is sound. The cheap check by
+    which an analysis is called current: the rows are read, and a damaged file named, where the table is used."""
+    path = Path(path)
+    fix = f"rerun `mixit analyze --force {path.parent.parent}` to rebuild it"
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return f"{path}: damaged analysis table, read as missing ({reason}); {fix}"
+    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in header]
+    if missing:
+        return f"{path}: damaged analysis table, read as missing (no column {', '.join(missing)}); {fix}"
+    return None
 
 
 def _read_table(path: Path, name: str) -> tuple[pd.DataFrame | None, str | None]:

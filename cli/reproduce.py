@@ -108,13 +108,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return _exit_status(manifest)
 
 
+def named(items: list[str], most: int = 3) -> str:
+    """Up to `most` items, then how many more: one line however many runs failed (reproduce.json lists them all)."""
+    shown = ", ".join(items[:most])
+    return shown if len(items) <= most else f"{len(items)} runs ({shown} and {len(items) - most} more, in reproduce.json)"
+
+
 def _exit_status(manifest: dict) -> int:
     """EXIT_FAILED, with one line naming what failed, if a run, an analysis or a figure failed; else EXIT_OK."""
     failed = []
     if manifest.get("failed_runs"):
         failed.append(f"{manifest['failed_runs']} run(s) not finished")
     if manifest.get("failed_analyses"):
-        failed.append(f"analysis of {', '.join(manifest['failed_analyses'])} failed")
+        failed.append(f"analysis of {named(manifest['failed_analyses'])} failed")
     if manifest.get("failed_figures"):
         failed.append(f"figure(s) {', '.join(manifest['failed_figures'])} failed")
     if not failed:

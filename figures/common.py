@@ -178,11 +178,14 @@ def plot_variant_lines(ax: Axes, stats: pd.DataFrame, x: str, scale: float = 1.0
 
 
 def seed_errors(stats: pd.DataFrame, scale: float = 1.0) -> np.ndarray | None:
-    """Asymmetric error bars [2, n] from the mean to the seeds' min and max (NaN, no bar, for one seed)."""
+    """Asymmetric error bars [2, n] from the mean to the seeds' min and max (NaN, no bar, for one seed).
+
+    Clipped at 0: the mean of equal seeds can round past them (the mean of 84 copies of 0.1 is 0.1 + 1e-17), and
+    matplotlib refuses a negative bar."""
     several = (stats["n"] > 1).to_numpy()
     if not several.any():
         return None
-    spread = np.vstack([stats["mean"] - stats["min"], stats["max"] - stats["mean"]]) * scale
+    spread = np.vstack([stats["mean"] - stats["min"], stats["max"] - stats["mean"]]).clip(min=0) * scale
     return np.where(several, spread, np.nan)
 
 

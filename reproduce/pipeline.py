@@ -31,14 +31,14 @@ from tqdm.auto import tqdm
 from analysis.analyze import AnalysisOptions
 from models import ModelConfig
 from training.rundir import (
-    ANALYSIS_DIR, DATA_CACHE_DIR, DYNAMICS_FILE, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY,
-    SIGNAL_FILE, SPEED_FILE, TUNING_FILE, atomic_file, is_finished, kept_checkpoints, read_json, read_summary, run_lock,
-    write_json, write_runs_table,
+    DATA_CACHE_DIR, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE,
+    TUNING_FILE, atomic_file, is_finished, read_json, read_summary, run_lock, write_json, write_runs_table,
 )
 from training.settings import model_differences
-from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, pool_map, train_runs
+from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, train_runs
 from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
+from .analyses import analysis_stage
 from .corpora import TextChoice, choose_text
 from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
 from .tuning import TuningPlan, plan_tuning, record_from_runs
@@ -159,23 +159,6 @@ def check_not_stale(run_dir: Path, cfg: TrainConfig, model: ModelConfig | None =
 
 
 # --------------------------------------------------------------------------- workers
-def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
-    from analysis.analyze import analyze_checkpoint
-
-    name, run_dir, options = job
-    try:
-        status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / ANALYSIS_DIR, options, device="cpu")
-        if kept_checkpoints(run_dir) and (status == "computed" or not (Path(run_dir) / DYNAMICS_FILE).is_file()):
-            from analysis.dynamics import checkpoint_dynamics  # the run kept checkpoints: score them by step
-
-            table = checkpoint_dynamics(run_dir, options.n_seqs, options.seq_len, options.seed)
-            with atomic_file(Path(run_dir) / DYNAMICS_FILE) as fh:
-                table.to_csv(fh, index=False)
-    except Exception as e:
-        return {"run": name, "status": "error", "message": f"{type(e).__name__}: {e}"}
-    return {"run": name, "status": status}
-
-
 # --------------------------------------------------------------------------- stages
 def train_stage(plan: Plan, runs: list[Run], executor: Executor, progress: bool, log: Callable[[str], None],
                 tracker: str | None = None, label: str = "train") -> pd.DataFrame:
@@ -267,29 +250,6 @@ def tuning_about(plan: Plan) -> dict[str, Any]:
     grids = sorted({tuple(lrs) for lrs in plan.tuning.grids.values()})
     return {"seeds": seeds, "lrs": [list(g) for g in grids], "made": provenance([]),
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
-
-
-def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,
-                   log: Callable[[str], None]) -> list[str]:
-    """`mixit analyze` every finished run of `trained` (the training stage's rows; cached by checkpoint hash, so
-    reruns cost a hash each); returns the runs whose analysis failed (each logged with its reason)."""
-    finished = trained[trained["status"] == "finished"]["run"] if len(trained) else []
-    jobs = [(n, str(out / n), options) for n in finished]
-    counts = {"computed": 0, "cached": 0, "error": 0}
-    failed: list[str] = []
-    bar = tqdm(total=len(jobs), desc="analyze", unit="run", disable=not progress)
-    try:
-        lost = lambda job, error: {"run": job[0], "status": "error", "message": str(error)}  # noqa: E731
-        for row in pool_map(_analyze_job, jobs, workers, lost):
-            counts[row["status"]] += 1
-            if row["status"] == "error":
-                log(f"  analysis of {row['run']} failed: {row['message']}")
-                failed.append(row["run"])
-            bar.update(1)
-    finally:
-        bar.close()
-    log(f"analyze: {counts['computed']} computed, {counts['cached']} cached, {counts['error']} failed")
-    return failed
 
 
 def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.DataFrame]) -> tuple[pd.DataFrame, bool]:

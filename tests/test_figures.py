@@ -298,6 +298,15 @@ def test_best_config_keeps_all_seeds_of_the_best_learning_rate():
     assert list(lowest.loc[lowest["variant"] == "b", "eval_acc"]) == [0.1]
 
 
+def test_error_bars_of_equal_seeds_are_zero_not_a_negative_rounding():
+    from figures.common import seed_errors, seed_stats
+
+    # Was: 84 seeds at 0.1 give a mean 2.8e-17 below them, and matplotlib refused the bar ("yerr" negative).
+    stats = seed_stats(pd.DataFrame({"variant": "a", "eval_acc": [0.1] * 84}), ["variant"], "eval_acc")
+    assert stats["mean"].iloc[0] < stats["min"].iloc[0]  # the rounding the bars must survive
+    errors = seed_errors(stats, 100)
+    assert errors.shape == (2, 1) and (errors >= 0).all() and errors.max() < 1e-12
+
 def test_task_parameters_fall_back_to_the_task_defaults():
     runs = pd.DataFrame({"task": ["retrieval", "memorize", "lm"], "task_params": [{}, {"n": 4}, {"seq_len": 8}]})
     pairs = param(runs, "pairs")

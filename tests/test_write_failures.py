@@ -347,3 +347,14 @@ def test_reproduce_with_a_failed_analysis_or_figure_write_finishes_and_exits_1_n
     assert manifest["failed_analyses"][0].startswith("algorithmic/")
     assert NO_SPACE in manifest["failed_figures"]["task_accuracy"] and "figs/task_accuracy.png" in out
     assert (tmp_path / "report" / "report.md").is_file()
+
+
+def test_two_thousand_failed_analyses_are_still_one_short_line(capsys):
+    # Was: one line naming every run, 200,000 characters for 2,000 runs.
+    from cli.reproduce import _exit_status
+
+    runs = [f"algorithmic/addition__standard__s{i}" for i in range(2000)]
+    assert _exit_status({"failed_analyses": runs}) == EXIT_FAILED
+    err = capsys.readouterr().err
+    one_line(err, "analysis of 2000 runs (algorithmic/addition__standard__s0, ", "and 1997 more, in reproduce.json")
+    assert len(err) < 300

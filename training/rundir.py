@@ -247,20 +247,35 @@ def group_of(study: str) -> str:
     return study.split("-", 1)[0]
 
 
+_READ: dict[tuple[str, bytes], RunInfo] = {}  # (run.json's path, its bytes) -> its record: each version parsed once
+_READ_MOST = 8192
+
+
 def read_run_info(run_dir: str | Path) -> RunInfo:
     """The run's run.json as a typed record (training.runinfo.RunInfo): the one place the file is opened and parsed.
 
     One ValueError naming the file for anything wrong with it: missing, unreadable, not JSON, not an object,
-    an unknown key, a bad value."""
+    an unknown key, a bad value. Bytes read before give the same record again, unparsed (a command that reads
+    thousands of runs, some several times, builds each record once): treat it as read-only."""
     path = Path(run_dir) / RUN_FILE
     try:
-        data = read_json(path)
+        raw = path.read_bytes()
+        key = (str(path), raw)
+        if key in _READ:
+            return _READ[key]
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
     except FileNotFoundError:
         raise ValueError(f"{path}: cannot read run description (the file is missing)") from None
     except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         reason = str(e).removeprefix(f"{path}: ").removeprefix(f"{path} ")
         raise ValueError(f"{path}: cannot read run description ({type(e).__name__}: {reason})") from None
-    return RunInfo.from_dict(data, path)
+    info = RunInfo.from_dict(data, path)
+    if len(_READ) >= _READ_MOST:
+        _READ.clear()
+    _READ[key] = info
+    return info
 
 
 def is_finished(run_dir: str | Path) -> bool:

@@ -34,8 +34,11 @@ def settings_differences(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, 
         info = read_run_info(run_dir)
     except ValueError as e:  # cut short, not JSON, ...: RunDamaged names the file and what to do
         raise RunDamaged(run_dir, e) from None
+    wanted = cfg.to_dict()
+    if _plain(dict(info.train)) == _plain(wanted):  # the usual case, said without building two models
+        return []
     saved = _effective(type(cfg).from_dict(dict(info.train)).to_dict())
-    wanted = _effective(cfg.to_dict())
+    wanted = _effective(wanted)
     return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
 
 
@@ -49,12 +52,24 @@ def model_differences(run_dir: str | Path, model: ModelConfig) -> list[tuple[str
     if not (checkpoint / CONFIG_FILE).is_file():
         return []
     try:
-        saved = read_config(checkpoint).to_dict()
+        saved_model = read_config(checkpoint)
     except (ValueError, OSError):
         return []  # damaged: loading it says so
+    if saved_model == model:  # the usual case, said without listing every field
+        return []
+    saved = saved_model.to_dict()
     skip = {"extra", *model.inert_fields()}
     wanted = model.to_dict()
     return [(k, saved.get(k), v) for k, v in wanted.items() if k not in skip and saved.get(k) != v]
+
+
+def _plain(value: Any) -> Any:
+    """Settings as their JSON reads back (tuples as lists), so that a record compares equal to the config it came from."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _effective(settings: dict[str, Any]) -> dict[str, Any]:
