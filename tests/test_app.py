@@ -342,6 +342,17 @@ def test_compare_view(app, explorer_runs):
     assert sorted(y for d in bars for y in values(d["y"])) == pytest.approx(sorted(speed["tokens_per_s"]))
 
 
+
+def test_compare_draws_the_curves_of_a_few_runs_of_a_task_with_thousands():
+    # Was: every run of the task read and drawn, 29-37 s for a folder of 2,000 runs.
+    from explorer.pages.compare import CURVES_AT_ONCE, curve_runs
+
+    variants = ["standard", "mixit", "frozen_qk"]
+    same = pd.DataFrame([{"run": f"t__{v}__s{s}", "variant": v, "seed": s} for s in range(30) for v in variants])
+    assert curve_runs(same.head(CURVES_AT_ONCE), []) == list(same.head(CURVES_AT_ONCE)["run"])  # a few: all of them
+    assert sorted(curve_runs(same, [])) == ["t__frozen_qk__s0", "t__mixit__s0", "t__standard__s0"]
+    assert curve_runs(same, ["t__mixit__s7", "elsewhere"]) == ["t__mixit__s7"]
+
 # --------------------------------------------------------------------------- Predict
 def test_predict_view_top_k(app, explorer_runs):
     at = app(page="Predict", selected=["retrieval/retrieval-standard"])

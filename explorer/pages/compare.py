@@ -12,6 +12,18 @@ from analysis import explore as ex
 from explorer import ui
 
 
+CURVES_AT_ONCE = 24  # a task with more runs draws the curves of those selected: reading and drawing thousands is slow
+
+
+def curve_runs(same: pd.DataFrame, selected: list[str]) -> list[str]:
+    """The runs of one task whose curves are drawn at first: all of them up to CURVES_AT_ONCE; of more, those
+    selected, else each variant's run of the lowest seed."""
+    if len(same) <= CURVES_AT_ONCE:
+        return list(same["run"])
+    chosen = [r for r in selected if r in set(same["run"])]
+    return chosen or list(same.sort_values(["seed", "run"]).drop_duplicates("variant")["run"])
+
+
 def same_task(root: Path, runs: pd.DataFrame, ok: pd.DataFrame) -> None:
     """The runs of one task: their table, curves overlaid by variant, and their training speed."""
     labels = sorted(set(ok["task_label"].dropna()))
@@ -23,9 +35,12 @@ def same_task(root: Path, runs: pd.DataFrame, ok: pd.DataFrame) -> None:
     same = ok[ok["task_label"] == label]
     st.dataframe(same[["run", "variant", "size", "seed", "lr", "status", "eval_acc", "eval_loss", "params_trainable",
                        "params_frozen", "tokens_per_s"]], hide_index=True, key="cmp_table")
-    curves = ex.compare_curves(root, same)
+    shown = st.multiselect("Curves of", list(same["run"]), default=curve_runs(same, sel), key=f"cmp_curves_{label}",
+                           help=f"the runs of this task whose curves are drawn (by default all of them; of more than "
+                                f"{CURVES_AT_ONCE}, the runs selected, else each variant's first)")
+    curves = ex.compare_curves(root, same[same["run"].isin(shown)])
     if curves.empty:
-        st.info("These runs have no metrics yet.")
+        st.info("These runs have no metrics yet." if shown else "Choose the runs whose curves to draw.")
     else:
         curves, style = ui.by_variant(curves)
         c1, c2 = st.columns(2)
