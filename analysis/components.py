@@ -319,13 +319,11 @@ WORK_COLUMNS = [*WORK_KEYS, "layer", "component", "seeds", "accuracy", "share", 
 KINDS = {"attn": "attention", "mlp": "MLP"}
 
 
-def _per_run(run: Any, table: pd.DataFrame, per_layer: bool) -> list[dict[str, Any]]:
-    """One run's rows: per kind (and per layer), share of the logit difference, accuracy lost (points) under
-    mean and resample ablation, and the share of stored bits lost (%, memorize runs). Plain records, not pandas
-    indexing: a figure over thousands of runs calls it once per run."""
+def _per_run(run: Any, records: list[dict[str, Any]], per_layer: bool) -> list[dict[str, Any]]:
+    """One run's rows from its components table (as records): per kind (and per layer), share of the logit
+    difference, accuracy lost (points) under mean and resample ablation, and the share of stored bits lost (%,
+    memorize runs). Plain records, not pandas indexing: a figure over thousands of runs calls it once per run."""
     rows = []
-    columns = list(table.columns)
-    records = [dict(zip(columns, values)) for values in zip(*(table[c].tolist() for c in columns))]
     by_component: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_component.setdefault(r["component"], []).append(r)
@@ -369,15 +367,15 @@ def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFra
     drops from the all-at-once ablations; per_layer=True: one row per layer, from the one-at-a-time ones.
     Returns `WORK_COLUMNS`; empty when no run has the analysis.
     """
-    from .runs import read_analysis_table, reported
+    from .runs import read_analysis_records, reported
 
     rows = []
     for run in _one_run_per_seed(reported(runs)).itertuples():
         if not isinstance(run.path, (str, Path)):  # rows that are not run directories (a reference's records)
             continue
-        table = read_analysis_table(run.path, "components")
-        if table is not None and len(table):
-            rows += _per_run(run, table, per_layer)
+        records = read_analysis_records(run.path, "components")
+        if records:
+            rows += _per_run(run, records, per_layer)
     if not rows:
         return pd.DataFrame(columns=WORK_COLUMNS)
     df = pd.DataFrame(rows)

@@ -180,6 +180,32 @@ def read_analysis_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
     return table
 
 
+def read_analysis_records(run_dir: str | Path, name: str) -> list[dict[str, Any]] | None:
+    """One analysis table as plain records, numbers as floats (NaN where empty): what read_analysis_table gives,
+    without a DataFrame per file, for readers of thousands of runs' tables. None when absent or damaged (warned)."""
+    path = Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name)
+    if not path.is_file():
+        return None
+    try:
+        if table_header_problem(path, name) is None:
+            with open(path, encoding="utf-8", newline="") as fh:
+                return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh, strict=True)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        pass
+    table = read_analysis_table(run_dir, name)  # damaged: said as read_analysis_table says it
+    return None if table is None else table.to_dict("records")
+
+
+def _cell(value: str | None) -> Any:
+    """A CSV cell as pandas reads it: a float (NaN when empty), else the text."""
+    if value is None or value == "":
+        return float("nan")
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def analysis_table_problem(run_dir: str | Path, name: str) -> str | None:
     """Why a run's analysis table is damaged (one line naming the file and what to do), or None: absent or sound."""
     return _read_table(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name), name)[1]

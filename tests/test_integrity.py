@@ -140,6 +140,20 @@ def test_a_bad_heads_csv_is_named_not_reported_missing(runs):
     assert read_analysis_table(runs / "algorithmic" / "addition-1", "heads") is not None
 
 
+
+def test_analysis_records_are_the_tables_rows_and_a_damaged_table_is_named(runs):
+    from analysis.runs import read_analysis_records, read_analysis_table
+
+    run = runs / "algorithmic" / "addition-1"
+    expected = read_analysis_table(run, "components").to_dict("records")
+    records = read_analysis_records(run, "components")
+    assert len(records) == len(expected) and records[0].keys() == expected[0].keys()
+    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731 (NaN equals NaN here)
+    assert all(same(r[k], e[k]) for r, e in zip(records, expected) for k in e)
+    (run / "analysis" / "components.csv").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.warns(UserWarning, match=r"addition-1/analysis/components\.csv: damaged analysis table"):
+        assert read_analysis_records(run, "components") is None
+
 # --------------------------------------------------------------------------- figures
 def test_figures_say_which_damaged_runs_they_leave_out(runs, tmp_path, capsys):
     cut_in_half(runs / "algorithmic" / "addition-0" / "run.json")
