@@ -1082,6 +1082,32 @@ def test_a_rerun_redoes_figures_and_report_only_when_their_inputs_changed(tmp_pa
     assert "unchanged" not in third and report.stat().st_mtime_ns != stamps[report]
 
 
+
+def test_a_rerun_starts_no_analysis_worker_for_runs_whose_analysis_is_current(tmp_path, monkeypatch, capsys):
+    # Was: a worker per run, each saying "cached" after parsing every table: 30 s for 2,000 runs.
+    import reproduce.analyses
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
+    args = ["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs"]
+    assert main(args) == 0
+    given, real = [], reproduce.analyses.pool_map
+
+    def recorded(fn, jobs, workers, failed=None):
+        given.append([job[0] for job in jobs])
+        return real(fn, jobs, workers, failed)
+
+    monkeypatch.setattr(reproduce.analyses, "pool_map", recorded)
+    capsys.readouterr()
+    assert main(args) == 0
+    assert given == [[]] and "analyze: 0 computed, 2 cached, 0 failed" in capsys.readouterr().out
+    heads = next((tmp_path / "runs").glob("algorithmic/*mixit*/analysis/heads.csv"))
+    heads.write_text("not,the,columns\n1,2,3\n")  # a damaged table: that run, and only it, is analysed again
+    with pytest.warns(UserWarning, match="heads.csv: damaged analysis table"):
+        assert main(args) == 0
+    assert given[-1] == [f"algorithmic/{heads.parent.parent.name}"] and "1 computed, 1 cached" in capsys.readouterr().out
+
 def test_reproduce_records_where_its_study_is(tmp_path, monkeypatch, capsys):
     """.mixit_cache/last_study.json in the working directory, and the manifest, say where the outputs went."""
     from cli.main import main
