@@ -54,7 +54,7 @@ def _preset_grid(preset: Preset, text: dict[str, TextChoice], out: Path | None) 
     """Every run of the preset with its model config; text studies without a corpus drop out (see preset_runs)."""
     runs: list[Planned] = []
     for study, spec in preset.studies.items():
-        tasks = _tasks_from_file(spec.tasks)
+        tasks = _tasks_from_file(spec.tasks, as_names=False)  # a preset's own tasks as written: its runs' names
         if spec.text:
             choice = text[spec.text]
             if choice.skipped:

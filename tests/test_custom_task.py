@@ -362,3 +362,24 @@ def test_a_sweep_takes_ones_own_task_by_import_path_and_names_and_records_it_as_
     assert done.returncode == 0 and done.stdout.startswith("reverse-s_length2__standard__"), done.stderr
     done = _mixit(["sweep", "--tasks", "my_task.py:Nope", "--out", str(tmp_path / "g")], cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "has no 'Nope'" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_presets_own_task_trains_and_is_analysed_on_worker_processes(tmp_path):
+    """A preset naming a task file: `mixit reproduce` on 2 workers trains and analyses its runs (the workers import
+    the file with the consent the preset gives), and its run folders keep the names the task is written with."""
+    (tmp_path / "my_task.py").write_text((ROOT / "examples" / "my_task.py").read_text())
+    (tmp_path / "mine.yaml").write_text(
+        "train: {steps: 10, batch_size: 16, eval_every: 10, eval_samples: 32}\n"
+        "studies:\n  own: {variants: [standard, mixit], tasks: [{my_task.py:ReverseTask: {length: 3}}],"
+        " sizes: [{d_model: 16, n_layers: 1, n_heads: 2}]}\n"
+        "analysis: {n_seqs: 4, seq_len: 8, eval_samples: 16}\nskip: [signal, speed]\n")
+    done = _mixit(["reproduce", "--preset", "mine.yaml", "--workers", "2", "--out", "runs", "--report-dir", "report",
+                   "--figures-dir", "figs"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = sorted((tmp_path / "runs" / "own").glob("*/run.json"))
+    assert [r.parent.name.split("__")[:2] for r in runs] == [["my_task.py:ReverseTask_length3", "mixit"],
+                                                             ["my_task.py:ReverseTask_length3", "standard"]]
+    for run in runs:
+        analysis = json.loads((run.parent / "analysis" / "analysis.json").read_text())
+        assert "heads" in analysis["computed"] and not any("consent" in r for r in analysis["skipped"].values())

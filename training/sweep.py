@@ -99,14 +99,17 @@ def task_name(spec: str) -> str:
                      "(package.module:Class or path/to/file.py:Class)")
 
 
-def _tasks_from_file(entries: Any) -> list[tuple[str, dict]]:
+def _tasks_from_file(entries: Any, as_names: bool = True) -> list[tuple[str, dict]]:
+    """A grid file's task entries as (task, parameters); as_names: import paths registered and given as names (a
+    sweep's, see task_name), else kept as written (a preset's: its run folders are named by them)."""
+    named = task_name if as_names else str
     out = []
     for entry in as_list(entries):
         if isinstance(entry, str):
-            out.append((task_name(entry), {}))
+            out.append((named(entry), {}))
         elif isinstance(entry, dict) and len(entry) == 1:
             (name, params), = entry.items()
-            out.append((task_name(name), dict(params or {})))
+            out.append((named(name), dict(params or {})))
         else:
             raise ValueError(f"grid: task entry {entry!r} must be a name or {{name: {{param: value}}}}")
     return out
