@@ -24,8 +24,6 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from explorer.report import LAST_STUDY, default_runs_dir
-
 from .common import EXIT_INTERRUPTED, CLIError, add_trust_option, path_arg
 
 DEFAULT_HOST = "127.0.0.1"
@@ -70,6 +68,8 @@ def is_loopback(host: str) -> bool:
 
 def default_runs(cwd: Path | None = None) -> Path:
     """The runs of the last `mixit reproduce` in `cwd`; CLIError (one line saying where to point it) if none."""
+    from explorer.report import LAST_STUDY, default_runs_dir  # here: the other commands need not import the report
+
     found = default_runs_dir(cwd)
     if found is None:
         raise CLIError(f"mixit app: error: no runs folder given and no study here ({LAST_STUDY}, "
