@@ -39,6 +39,7 @@ needed); loss deltas in nats.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -335,7 +336,7 @@ def _per_run(run: Any, records: list[dict[str, Any]], per_layer: bool) -> list[d
         targets = layers if per_layer else [by_component[f"all_{kind}"][0]]
         for r in targets:
             layer = int(r["layer"]) if per_layer else -1
-            share = float(r["share"]) if per_layer else float(pd.Series([x["share"] for x in layers], dtype=float).sum())
+            share = float(r["share"]) if per_layer else math.fsum(x["share"] for x in layers if pd.notna(x["share"]))
             intact = r["mean_bits"] + r["mean_bits_lost"] if pd.notna(r["mean_bits"]) else float("nan")
             rows.append({
                 "task": run.task_label, "variant": run.variant, "d_model": run.d_model, "n_layers": run.n_layers,

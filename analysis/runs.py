@@ -187,9 +187,10 @@ def read_analysis_records(run_dir: str | Path, name: str) -> list[dict[str, Any]
     if not path.is_file():
         return None
     try:
-        if table_header_problem(path, name) is None:
-            with open(path, encoding="utf-8", newline="") as fh:
-                return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh, strict=True)]
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh, strict=True)
+            if not _missing_columns(reader.fieldnames or [], name):
+                return [{k: _cell(v) for k, v in row.items()} for row in reader]
     except (OSError, UnicodeDecodeError, csv.Error):
         pass
     table = read_analysis_table(run_dir, name)  # damaged: said as read_analysis_table says it
@@ -221,33 +222,36 @@ def table_header_problem(path: str | Path, name: str) -> str | None:
     without the table's columns), as table_file_problem says it; None if its header is sound. The cheap check by
     which an analysis is called current: the rows are read, and a damaged file named, where the table is used."""
     path = Path(path)
-    fix = f"rerun `mixit analyze --force {path.parent.parent}` to rebuild it"
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             header = next(csv.reader(fh), [])
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        reason = " ".join(str(e).split()) or type(e).__name__
-        return f"{path}: damaged analysis table, read as missing ({reason}); {fix}"
-    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in header]
-    if missing:
-        return f"{path}: damaged analysis table, read as missing (no column {', '.join(missing)}); {fix}"
-    return None
+        return _damaged(path, " ".join(str(e).split()) or type(e).__name__)
+    missing = _missing_columns(header, name)
+    return _damaged(path, f"no column {', '.join(missing)}") if missing else None
+
+
+def _missing_columns(columns: Any, name: str) -> list[str]:
+    """The columns the readers of table `name` use that `columns` lacks."""
+    return [c for c in TABLE_COLUMNS.get(name, ()) if c not in columns]
+
+
+def _damaged(path: Path, reason: str) -> str:
+    """The one line that names a damaged analysis table, why, and what to do."""
+    return (f"{path}: damaged analysis table, read as missing ({reason}); "
+            f"rerun `mixit analyze --force {path.parent.parent}` to rebuild it")
 
 
 def _read_table(path: Path, name: str) -> tuple[pd.DataFrame | None, str | None]:
     """(the table, None) if it is sound, (None, None) if absent, (None, the problem) if damaged."""
     if not path.is_file():
         return None, None
-    fix = f"rerun `mixit analyze --force {path.parent.parent}` to rebuild it"
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError) as e:  # pandas' parser and decode errors are ValueErrors
-        reason = " ".join(str(e).split()) or type(e).__name__
-        return None, f"{path}: damaged analysis table, read as missing ({reason}); {fix}"
-    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in table.columns]
-    if missing:
-        return None, (f"{path}: damaged analysis table, read as missing (no column {', '.join(missing)}); {fix}")
-    return table, None
+        return None, _damaged(path, " ".join(str(e).split()) or type(e).__name__)
+    missing = _missing_columns(table.columns, name)
+    return (None, _damaged(path, f"no column {', '.join(missing)}")) if missing else (table, None)
 
 
 def damaged_files(runs: pd.DataFrame) -> pd.DataFrame:

@@ -35,7 +35,7 @@ def settings_differences(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, 
     except ValueError as e:  # cut short, not JSON, ...: RunDamaged names the file and what to do
         raise RunDamaged(run_dir, e) from None
     wanted = cfg.to_dict()
-    if _plain(dict(info.train)) == _plain(wanted):  # the usual case, said without building two models
+    if plain(dict(info.train)) == plain(wanted):  # the usual case, said without building two models
         return []
     saved = _effective(type(cfg).from_dict(dict(info.train)).to_dict())
     wanted = _effective(wanted)
@@ -63,12 +63,12 @@ def model_differences(run_dir: str | Path, model: ModelConfig) -> list[tuple[str
     return [(k, saved.get(k), v) for k, v in wanted.items() if k not in skip and saved.get(k) != v]
 
 
-def _plain(value: Any) -> Any:
-    """Settings as their JSON reads back (tuples as lists), so that a record compares equal to the config it came from."""
+def plain(value: Any) -> Any:
+    """`value` as JSON would read it back: tuples as lists (so that a config read from a record is the same)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 from models.files import read_json, write_json
 
 from .rundir import DATA_CACHE_DIR, TUNING_FILE, is_finished, read_summary
+from .settings import plain
 from .settings import IGNORED_SETTINGS
 from .tasks import Task, task_class
 from .trainer import TrainConfig
@@ -55,15 +56,6 @@ def portable_params(params: dict[str, Any]) -> dict[str, Any]:
         if out.get(name):
             out[name] = [Path(str(p)).name for p in (out[name] if isinstance(out[name], list) else [out[name]])]
     return out
-
-
-def plain(value: Any) -> Any:
-    """`value` as JSON would read it back: tuples as lists (so that a config read from a record is the same)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 def setting(cfg: TrainConfig) -> dict[str, Any]:
