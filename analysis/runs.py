@@ -25,12 +25,12 @@ import pandas as pd
 
 from models.checkpoint import WEIGHTS_FILE
 from models.config import grid_label
-from training.run import analysis_summary, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
+from training.record import analysis_summary, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
 )
 from training.rundir import TUNING_FILE, UNFINISHED
-from training.trainer import TrainConfig
+from training.config import TrainConfig
 from training.tuning import Tuning, tuning_key
 
 COLUMNS = [
@@ -63,7 +63,7 @@ def task_label(task: str, params: dict[str, Any]) -> str:
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]:
-    """One run as a row (see COLUMNS), from its RunRecord (training.run.read_run_record). Status: finished |
+    """One run as a row (see COLUMNS), from its RunRecord (training.record.read_run_record). Status: finished |
     diverged | error | ... (from summary.json), running (no summary yet: interrupted or in progress) or corrupt
     (a damaged run.json or summary.json). `error` holds why a run did not finish: summary.json's message for any
     status but finished, the damaged file's name and what is wrong with it for a corrupt one."""

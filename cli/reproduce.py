@@ -16,7 +16,7 @@ from .common import (
 def register(subparsers) -> None:
     from reproduce.preset import preset_names
     from training.trackers import TRACKERS
-    from training.trainer import PRECISIONS
+    from training.config import PRECISIONS
 
     p = subparsers.add_parser(
         "reproduce",

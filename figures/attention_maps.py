@@ -22,10 +22,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -33,6 +33,9 @@ from analysis.runs import read_analysis_table
 
 from .common import NoData, Runs, as_runs, finished_runs, param
 from .style import COLUMN_WIDTH, DIVERGING_CMAP, new_figure, paper_style, variant_label
+
+if TYPE_CHECKING:  # torch (and the model) are imported when a run is drawn: `mixit figures` starts without them
+    import torch
 
 NAME = "attention_maps"
 GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
@@ -58,6 +61,8 @@ def _pick_run(runs: pd.DataFrame, variant: str, pairs: float | None = None, n_la
 
 def _patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     """[layer, batch, head, query, key] attention patterns of tokens [batch, pos]."""
+    import torch
+
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
@@ -75,6 +80,8 @@ def _retrieval_positions(task, tokens: torch.Tensor, mask: torch.Tensor) -> tupl
 
 def choose_heads(model, task, run_dir: Path) -> dict:
     """The previous-token and retrieval heads and the example to draw (see the module docstring)."""
+    import torch
+
     tokens, mask = task.eval_set(N_EVAL)
     pattern, logits = _patterns(model, tokens)  # [L, B, H, T, T]
     L, B, H, T, _ = pattern.shape
@@ -109,9 +116,6 @@ def choose_heads(model, task, run_dir: Path) -> dict:
 
 def plot(runs: Runs | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
-    from models import build_model, load_model
-    from training import run_task
-
     runs = finished_runs(as_runs(runs))
     runs = runs[runs["task"] == "retrieval"]
     if runs["group"].isin(GROUPS).any():
@@ -121,6 +125,10 @@ def plot(runs: Runs | str | Path) -> Figure:
     if fqk is None:
         raise NoData("no finished 2-layer frozen_qk retrieval run with a checkpoint")
     mix = _pick_run(runs, "mixit", pairs=fqk["pairs"], n_layers=2, n_heads=int(fqk["n_heads"]))
+    import torch  # the models are loaded only once there is a run to draw
+
+    from models import build_model, load_model
+    from training import run_task
 
     torch.manual_seed(0)
     model = load_model(fqk["path"], device="cpu").eval()

@@ -29,7 +29,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.image import AxesImage
 from matplotlib.textpath import TextToPath
 
-from analysis.components import who_does_the_work
+from analysis.component_map import who_does_the_work
 
 from .common import NoData, Runs, as_runs, finished_runs, select_runs
 from .style import DIVERGING_CMAP, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, order_variants, paper_style, variant_label

@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 from models.files import atomic_file
 
@@ -142,13 +143,28 @@ def save(fig: Figure, out_dir: str | Path, name: str, dpi: int = DPI) -> list[Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    with paper_style():
+    with paper_style(), _layout_done_once(fig) as bbox:
         for fmt in FORMATS:
             target = out_dir / f"{name}.{fmt}"
             with atomic_file(target, "wb") as fh:
-                fig.savefig(fh, format=fmt, dpi=dpi, metadata=_metadata(fmt))
+                fig.savefig(fh, format=fmt, dpi=dpi, bbox_inches=bbox, metadata=_metadata(fmt))
             written.append(target)
     return written
+
+
+@contextmanager
+def _layout_done_once(fig: Figure) -> Iterator[Bbox]:
+    """Lay `fig` out once and give its tight bounding box (padded as savefig.pad_inches): inside the block its
+    layout engine is off, so each format is drawn once instead of three times (a "tight" save draws to measure,
+    and a constrained layout runs again on every draw). The engine is back afterwards."""
+    fig.draw_without_rendering()
+    bbox = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+    engine = fig.get_layout_engine()
+    fig.set_layout_engine("none")
+    try:
+        yield bbox
+    finally:
+        fig.set_layout_engine(engine)
 
 
 def _metadata(fmt: str) -> dict[str, str | None]:

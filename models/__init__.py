@@ -4,9 +4,28 @@
     model = build_model(ModelConfig(variant="mixit", d_model=128, n_layers=2, n_heads=4, n_ctx=34, d_vocab=31))
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .checkpoint import CheckpointError, save_model
 from .config import VARIANTS, ModelConfig, VariantSpec
-from .transformer import Transformer, load_model
+
+if TYPE_CHECKING:
+    from .transformer import Transformer, load_model
+
+_LAZY = {"Transformer": "transformer", "load_model": "transformer"}
+
+
+def __getattr__(name: str):
+    """`Transformer` and `load_model` import models.transformer (torch, TransformerLens) on first use, so that
+    what only reads run folders and configs (the figures, `mixit figures`) starts without them."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_model(config: ModelConfig) -> Transformer:
@@ -22,6 +41,8 @@ def build_model(config: ModelConfig) -> Transformer:
     """
     if not isinstance(config, ModelConfig):
         raise TypeError(f"build_model expects a ModelConfig, got {type(config).__name__}")
+    from .transformer import Transformer
+
     return Transformer(config)
 
 

@@ -12,15 +12,16 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
 
 from .config import ModelConfig
 from .files import atomic_directory, atomic_file, write_json, write_safetensors
 from .tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizer_to_json
+
+if TYPE_CHECKING:  # torch is imported where weights are read, so that reading a config does not import it
+    import torch
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -110,6 +111,8 @@ def read_config(path: str | Path) -> ModelConfig:
 def read_weights(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor], Any]:
     """(config, state dict, tokenizer or None) of a checkpoint directory (or a run directory), unchecked
     against a model; errors name the offending file."""
+    from safetensors.torch import load as load_safetensors
+
     path = resolve_checkpoint(path)
     config, data, recorded = _read_one_generation(path)
     weights = path / WEIGHTS_FILE

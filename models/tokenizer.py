@@ -26,8 +26,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import torch
+from typing import TYPE_CHECKING
+
 from tokenizers import Tokenizer, models, pre_tokenizers
+
+if TYPE_CHECKING:
+    import torch
 
 TOKENIZER_FILE = "tokenizer.json"
 BOS_TOKEN = "<|endoftext|>"
@@ -114,6 +118,8 @@ def encode(
     With `max_len`, longer texts are cut to their first `max_len` tokens (BOS included). A task tokenizer
     has no BOS: `prepend_bos` then adds nothing.
     """
+    import torch
+
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts) or not texts:

@@ -56,7 +56,7 @@ def _check_train(where: str, train: Any) -> None:
     """A `train:` block holds TrainConfig fields with values TrainConfig accepts (checked when the preset loads,
     not after training)."""
     from models.config import check_model_extra
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     if not isinstance(train or {}, dict):
         raise ValueError(f"{where} must be a mapping of TrainConfig fields")
@@ -161,7 +161,7 @@ def _check_signal(where: str, block: Any) -> None:
 def _check_speed(where: str, block: Any) -> None:
     """The `speed:` block: measure_throughput's parameters; precision one of TrainConfig's."""
     from training.benchmark import measure_throughput
-    from training.trainer import PRECISIONS
+    from training.config import PRECISIONS
 
     _check_stage(where, block, measure_throughput)
     precision = _mapping(where, block).get("precision", "auto")

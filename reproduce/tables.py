@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.components import who_does_the_work
+from analysis.component_map import who_does_the_work
 from analysis.runs import load_runs, memory_summary, read_analysis, reported
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.run import run_task

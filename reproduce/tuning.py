@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.trainer import TrainConfig
+from training.config import TrainConfig
 from training.tuning import Tuning, corpus_key, tuning_key
 
 TUNING_DIR = Path(__file__).resolve().parent / "tuning"  # the presets' recorded tunings, one file per preset
@@ -135,7 +135,7 @@ def _read_choices(record: Tuning, grids: dict[str, list[float]],
 def record_from_runs(plan: TuningPlan, grid: list[tuple[str, TrainConfig]], out: Path,
                      about: dict[str, Any]) -> Tuning:
     """The record of a grid trained now: each tuning run's settings, summary and kept analyses, read from `out`."""
-    from training.run import read_analysis
+    from training.record import read_analysis
     from training.rundir import SUMMARY_FILE, read_json
 
     configs = dict(grid)

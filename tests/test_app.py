@@ -531,9 +531,9 @@ def launched(monkeypatch) -> list[list[str]]:
 def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, launched):
     import explorer
     from cli import app as app_cli
-    from cli.main import COMMAND_MODULES, main
+    from cli.main import COMMANDS, main
 
-    assert COMMAND_MODULES[-1] is app_cli
+    assert list(COMMANDS)[-1] == "app" and app_cli.__name__ == f"cli.{COMMANDS['app']}"
     port = free_port()
     assert main(["app", str(explorer_runs["root"]), "--port", str(port), "--headless"]) == 0
     cmd = launched[0]

@@ -115,7 +115,7 @@ def test_json_files_are_read_where_docs_architecture_says():
 
 def test_only_the_trainer_and_mixit_train_use_training_parallel():
     """docs/architecture.md, "One run on several processes"."""
-    assert _graph().find_modules_that_directly_import("training.parallel") == {"training.trainer", "cli.main"}
+    assert _graph().find_modules_that_directly_import("training.parallel") == {"training.trainer", "cli.train"}
 
 
 def test_grids_and_studies_share_one_set_of_defaults():
@@ -238,7 +238,7 @@ def test_one_head_score_vocabulary():
 
 
 # --------------------------------------------------------------------------- facts about a task
-TASK_NAME_DECISIONS_CHECKED = ("analysis/analyze.py", "analysis/memory.py", "cli/main.py", "cli/analyze.py")
+TASK_NAME_DECISIONS_CHECKED = ("analysis/analyze.py", "analysis/memory.py", "cli/train.py", "cli/analyze.py")
 
 
 def _is_name(node: ast.AST) -> bool:
@@ -357,3 +357,26 @@ def test_rooms_stay_small():
                 if node.end_lineno - node.lineno + 1 > 80:
                     long.append(f"{rel}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, long
+
+
+# --------------------------------------------------------------------------- light commands stay light
+def test_reading_runs_imports_no_torch_and_figures_from_tables_no_transformerlens(explorer_runs, tmp_path):
+    """docs/architecture.md, `cli/`: `mixit figures` imports only its own command's module, reading a runs folder
+    (training.record, analysis.runs, the figures) imports no torch, and drawing figures from tables imports no
+    TransformerLens (with the libraries it brings, about 2 s of every start on 2 cores); only a figure drawn from
+    a checkpoint (attention_maps) loads a model."""
+    import subprocess
+
+    script = f"""
+import sys
+import analysis.runs, figures.common, training.record
+from cli.main import build_parser, main
+build_parser("figures")
+assert "torch" not in sys.modules, "reading runs imported torch"
+code = main(["figures", {str(explorer_runs["root"])!r}, "--out", {str(tmp_path / "out")!r},
+             "--only", "task_accuracy", "memorization", "lm_curves", "components"])
+print(code, "transformer_lens" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "0 False", done.stdout

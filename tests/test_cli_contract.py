@@ -272,11 +272,12 @@ def test_a_value_error_after_work_starts_is_a_bug_not_bad_input(tmp_path, monkey
     """cli.common's boundary, the other side: a ValueError raised once training has started is not turned into exit 2
     or a one-line message; it propagates, so `python -m cli` prints its traceback and exits 1."""
     import cli.main
+    import cli.train
 
     def broken(*args, **kwargs):
         raise ValueError("a bug in the trainer")
 
-    monkeypatch.setattr(cli.main, "train", broken)
+    monkeypatch.setattr(cli.train, "train", broken)
     with pytest.raises(ValueError, match="a bug in the trainer"):
         cli.main.main(["train", "--task", "addition", "--out", str(tmp_path / "r"), *SMALL])
 

@@ -147,7 +147,7 @@ def test_who_does_the_work_reads_every_seed_and_the_figure_draws_it(tmp_path):
     import numpy as np
 
     from analysis.analyze import analyze_checkpoint
-    from analysis.components import who_does_the_work
+    from analysis.component_map import who_does_the_work
     from analysis.runs import load_runs, read_analysis_table
     from figures import components as figure
     from training import TrainConfig, train

@@ -542,7 +542,7 @@ def _panels(fig) -> dict:
 
 
 def test_components_cells_are_the_analysis_medians(runs):
-    from analysis.components import who_does_the_work
+    from analysis.component_map import who_does_the_work
 
     work = who_does_the_work(runs.table, per_layer=True)
     panels = _panels(figures.FIGURES["components"].plot(runs))

@@ -1,5 +1,5 @@
 """run.json has one parser: training.rundir.read_run_info, giving a typed RunInfo (training.runinfo), and
-training.run.read_run_record adds the run's summary and its analysis on demand."""
+training.record.read_run_record adds the run's summary and its analysis on demand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from training import TrainConfig, train
-from training.run import RunRecord, read_run_record
+from training.record import RunRecord, read_run_record
 from training.rundir import read_run_info, run_lock
 from training.runinfo import ALLOWED_KEYS, Provenance, RunInfo
 

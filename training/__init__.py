@@ -6,11 +6,31 @@ directory, loading a run back, sweeps and data-parallel runs. The `mixit` comman
     tokens, mask = task.sample(1000, generator=torch.Generator().manual_seed(0))
     summary = train(TrainConfig(task="addition", task_params={"digits": 3}, steps=200), "runs/add3")
     run = load_run(summary["run_dir"])   # run.model, run.task, run.train_config, run.summary, run.metrics
+
+Each name is imported from its module on first use, so that what only reads run folders (training.record,
+training.config: the figures, `mixit figures`) starts without torch.
 """
 
-from .run import Run, load_run, run_task
-from .tasks import TASKS, Task, TrainStream, get_task, register_task
-from .trainer import TrainConfig, TrainingDiverged, evaluate, train
+from __future__ import annotations
 
-__all__ = ["Run", "TASKS", "Task", "TrainStream", "get_task", "load_run", "register_task", "run_task", "TrainConfig",
-           "TrainingDiverged", "evaluate", "train"]
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+    from .run import Run, load_run, run_task
+    from .tasks import TASKS, Task, TrainStream, get_task, register_task
+    from .trainer import TrainingDiverged, evaluate, train
+
+_WHERE = {"TrainConfig": "config", "Run": "run", "load_run": "run", "run_task": "run", "TASKS": "tasks", "Task": "tasks",
+          "TrainStream": "tasks", "get_task": "tasks", "register_task": "tasks", "TrainingDiverged": "trainer",
+          "evaluate": "trainer", "train": "trainer"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from .config import PRECISIONS
 from .rundir import read_json, write_json
 
-PRECISIONS = ("auto", "fp32", "bf16", "fast")
 # "fast" picks bf16 autocast on a CPU only where this machine's bf16 matmuls beat fp32 by this factor
 # (cpu_bf16_speedup): on an AMD EPYC with avx512_bf16 they ran 2-5x fp32, on an Intel Xeon without AMX
 # slower than fp32. The margin keeps a machine near parity on fp32, the reference arithmetic.

@@ -1,12 +1,8 @@
-"""A run directory as Python objects. `read_run_record` gives what a run is (configs, task, provenance) and how it
-ended (status, metrics, message) without loading the model: what tables, figures and the report read.
-`load_run` also loads the trained model and rebuilds its task; `run_task` is the one place a run's task is rebuilt
-from its run.json (analysis, figures, the report and the explorer all go through it).
+"""A run directory loaded: `load_run` gives the trained model, its rebuilt task, configs and metrics; `run_task` is the
+one place a run's task is rebuilt from its run.json (analysis, figures, the report and the explorer all go through
+it). What a run is without its model (configs, status, metrics) is training.record's `read_run_record`.
 
-    from training import load_run, read_run_record
-    record = read_run_record("checkpoints/khop1-standard")
-    record.train.steps, record.task.params, record.status, record.metrics["eval_acc"], record.message
-    record.analysis()                        # analysis/analysis.json, read when asked for (None if absent)
+    from training import load_run
     run = load_run("checkpoints/khop1-standard")
     run.model, run.task, run.train_config, run.summary["eval_acc"]
     tokens, mask = run.task.eval_set(8)
@@ -15,116 +11,27 @@ from its run.json (analysis, figures, the report and the explorer all go through
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models import ModelConfig
-from models.transformer import Transformer
+from models.config import ModelConfig
 
-from .rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, DATA_CACHE_DIR, SUMMARY_FILE, find_checkpoint, is_run_dir, read_json,
-    read_metric_records, read_run_info, unfinished_status,
-)
-from .runinfo import Provenance, RunInfo, TaskInfo
+from .config import TrainConfig
+from .record import read_run_record
+from .rundir import DATA_CACHE_DIR, find_checkpoint, is_run_dir, read_metric_records, read_run_info
+from .runinfo import RunInfo
 from .tasks import (
     TASKS, Task, TaskImportError, TaskNotTrusted, attach_tokenizer, get_task, is_import_path, task_class,
     task_code_trusted,
 )
-from .trainer import TrainConfig
 
-__all__ = ["Run", "RunRecord", "analysis_summary", "load_run", "read_analysis", "read_run_record", "run_task",
-           "run_task_class"]
+if TYPE_CHECKING:
+    from models.transformer import Transformer
 
-# summary.json's numbers about how training went (the rest describe the run, as run.json does)
-SUMMARY_METRICS = ("step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss", "tokens_per_s",
-                   "elapsed_s", "params_trainable", "params_frozen", "params_total", "precision")
-
-
-@dataclass(frozen=True, eq=False)
-class RunRecord:
-    """One run directory without its model: run.json (`info`, typed) and summary.json (`summary`; None while the
-    run trains or after a kill), with the train config typed; its analysis is read only when asked for."""
-
-    path: Path  # the run directory
-    info: RunInfo
-    train: TrainConfig
-    summary: dict[str, Any] | None
-
-    @property
-    def task(self) -> TaskInfo:
-        return self.info.task
-
-    @property
-    def model_config(self) -> ModelConfig | None:
-        return self.info.model
-
-    @property
-    def provenance(self) -> Provenance:
-        return self.info.provenance
-
-    @property
-    def status(self) -> str:
-        """finished | diverged | error | ... as summary.json says; without a summary "running" while a process holds
-        the run's lock, else "interrupted" (killed, or stopped by a signal: `--resume` continues it)."""
-        return unfinished_status(self.path) if self.summary is None else str(self.summary.get("status", "finished"))
-
-    @property
-    def message(self) -> str | None:
-        """Why a run did not finish (summary.json's message: a diverged run's step and kept checkpoint, an error)."""
-        return None if self.summary is None else self.summary.get("message")
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        """summary.json's numbers (SUMMARY_METRICS; None where absent): empty while the run trains."""
-        return {} if self.summary is None else {k: self.summary.get(k) for k in SUMMARY_METRICS}
-
-    @functools.cached_property
-    def _analysis(self) -> dict[str, Any] | None:
-        return read_analysis(self.path)
-
-    def analysis(self) -> dict[str, Any] | None:
-        """analysis/analysis.json (`mixit analyze`), read on the first call; None if absent or unreadable."""
-        return self._analysis
-
-    def analysis_summary(self, name: str) -> dict[str, Any] | None:
-        """One analysis's summary in analysis.json (e.g. "memory": the memorization result), or None."""
-        return analysis_summary(self.analysis(), name)
-
-
-def read_analysis(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's analysis/analysis.json (from `mixit analyze`), or None if absent or unreadable."""
-    try:
-        return read_json(Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
-    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return None
-
-
-def analysis_summary(analysis: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """One analysis's summary (e.g. "memory") in an analysis.json's content, or None: the one place it is looked up."""
-    found = ((analysis or {}).get("summary") or {}).get(name)
-    return found if isinstance(found, dict) else None
-
-
-def read_run_record(run_dir: str | Path) -> RunRecord:
-    """The run directory's run.json and summary.json as a RunRecord; ValueError naming the file that is damaged
-    (a train section TrainConfig refuses is named as run.json's)."""
-    run_dir = Path(run_dir)
-    info = read_run_info(run_dir)
-    try:
-        train = TrainConfig.from_dict(dict(info.train))
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{info.path}: train: {e}") from None
-    summary_path = run_dir / SUMMARY_FILE
-    try:
-        summary = read_json(summary_path) if summary_path.is_file() else None
-    except (OSError, ValueError) as e:
-        reason = str(e).removeprefix(f"{summary_path}: ")
-        raise ValueError(f"{summary_path}: cannot read run summary ({type(e).__name__}: {reason})") from None
-    return RunRecord(path=run_dir, info=info, train=train, summary=summary)
+__all__ = ["Run", "load_run", "run_task", "run_task_class"]
 
 
 @dataclass(frozen=True, eq=False)

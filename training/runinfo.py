@@ -13,7 +13,7 @@ command that trained it (training.trainer.provenance). `RunInfo.from_dict` is th
 renamed in one place and not the other is found at once.
 
 The train section stays the mapping run.json holds: TrainConfig lives in training.trainer, which imports
-training.rundir, so typing it here would close an import cycle. `training.run.read_run_record` gives it typed
+training.rundir, so typing it here would close an import cycle. `training.record.read_run_record` gives it typed
 (`RunRecord.train`, a TrainConfig), with the run's summary beside it.
 
 A RunInfo is also a read-only Mapping of run.json's sections as the file holds them (`info["train"]`,

@@ -1,4 +1,4 @@
-"""A training run: its settings (`TrainConfig`), and `train`, the loop that runs them.
+"""A training run: `train`, the loop that runs a run's settings (`TrainConfig`, training.config).
 
 The loop: AdamW, warmup + cosine, clipping, periodic eval and checkpoints, exact resume. It writes a run
 directory (layout in training.rundir): run.json first; then metrics.jsonl, one record per logged step
@@ -17,13 +17,11 @@ evaluation), training.state (the trainer state of a checkpoint), training.proven
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,12 +35,13 @@ from models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_unifor
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import derive_seed
 
-from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
 from .machine import KEPT_MALLOC_SETTINGS, keep_freed_memory, pick_device
-from .optim import SCHEDULES, authors_lr, build_optimizer, first_step_options, resolved_warmup, scheduled_lr
+from .config import PRECISIONS, TrainConfig
+from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
+from .optim import build_optimizer, first_step_options, resolved_warmup
 from .parallel import Ranks, ddp_options, local_device
 from .precision import (
-    BF16_MIN_SPEEDUP, PRECISIONS, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
+    BF16_MIN_SPEEDUP, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
 )
 from .provenance import provenance
 from .rundir import (
@@ -52,12 +51,11 @@ from .rundir import (
 )
 from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
-from .tasks import Task, TrainStream, attach_tokenizer, get_task, task_record
-from .tasks.base import check_sampling
+from .tasks import Task, TrainStream, attach_tokenizer, task_record
 from .trackers import open_tracker
 
 __all__ = [  # this module's own names, then those re-exported from the modules above
-    "TrainConfig", "TrainingDiverged", "SettingsChanged", "IGNORED_SETTINGS", "train", "settings_differences",
+    "TrainingDiverged", "TrainConfig", "SettingsChanged", "IGNORED_SETTINGS", "train", "settings_differences",
     "check_same_settings",
     "PRECISIONS", "BF16_MIN_SPEEDUP", "resolve_precision", "autocast_for", "cpu_bf16_speedup", "cpu_has_bf16",
     "pick_device", "keep_freed_memory", "KEPT_MALLOC_SETTINGS", "build_optimizer", "resolved_warmup",
@@ -66,159 +64,6 @@ __all__ = [  # this module's own names, then those re-exported from the modules 
 
 class TrainingDiverged(RuntimeError):
     """The loss or gradient became non-finite; the last good checkpoint is kept."""
-
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a training run. Model fields not listed go in `model_extra`."""
-
-    task: str = "addition"
-    task_params: dict[str, Any] = field(default_factory=dict)
-    variant: str = "standard"
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    model_extra: dict[str, Any] = field(default_factory=dict)  # other ModelConfig fields, e.g. base_width
-    seed: int = 0
-    steps: int = 2000
-    batch_size: int = 256
-    lr: float = 1e-3
-    warmup_steps: int | None = None  # default: the schedule's (ours: 5% of steps; the authors': max(4%, 500))
-    min_lr_ratio: float = 0.1  # our schedule's cosine decays to lr * min_lr_ratio
-    schedule: str = "ours"  # "ours": warmup, cosine to lr * min_lr_ratio; "authors": their scripts' default,
-    # warmup max(4% of steps, 500) then linear decay to 0 (training.optim)
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    eval_every: int = 200
-    eval_samples: int | None = None  # default: the task's held-out set size
-    tune_samples: int = 0  # rows of the task's tuning set (a validation set, disjoint from the eval rows and held out of
-    # training) scored at each evaluation as tune_loss / tune_acc: what a learning rate is chosen on (training.tuning)
-    eval_batch_size: int = 1024
-    sampling: str = "uniform"  # "epochs": each row of a finite training set (memorize) once per epoch, as the authors'
-    # Trainer draws keys; "uniform": rows drawn independently (with replacement), our default
-    micro_batch_size: int | None = None  # rows per forward pass: the batch's gradient accumulated over slices of
-    # this many rows (to fit a GPU's memory); None: the whole batch at once. The same run up to float rounding.
-    checkpoint_every: int | None = None  # default: every eval
-    log_every: int = 10
-    device: str = "auto"
-    compile: bool = False
-    keep_checkpoints: int = 0  # keep the model at 0 and at this many log-spaced steps up to the last (training dynamics)
-    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, bf16 (autocast, CPU too), or
-    # fast (auto, but bf16 on a CPU whose bf16 matmuls measure >= BF16_MIN_SPEEDUP x fp32's)
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # JSON round trip gives a list
-        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "d_model", "n_layers", "n_heads", "seed",
-                     "warmup_steps"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{name}={value!r} must be a number")
-        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in self.betas):
-            raise ValueError(f"betas={self.betas!r} must be two numbers")
-        for name in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        if isinstance(self.tune_samples, bool) or not isinstance(self.tune_samples, int) or self.tune_samples < 0:
-            raise ValueError(f"tune_samples={self.tune_samples!r} must be an integer >= 0")
-        for name in ("checkpoint_every", "eval_samples", "micro_batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}={value!r} must be a positive integer or None")
-        if self.warmup_steps is not None and not (0 <= self.warmup_steps <= self.steps):
-            raise ValueError(f"warmup_steps={self.warmup_steps!r} must lie in [0, steps={self.steps}]")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr={self.lr!r} must be a positive number")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio={self.min_lr_ratio!r} must lie in [0, 1]")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError(f"weight_decay={self.weight_decay!r} and grad_clip={self.grad_clip!r} must be >= 0")
-        if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
-            raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} must be an integer >= 0")
-        check_sampling(self.sampling)
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r} is not one of: {', '.join(SCHEDULES)}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r} is not one of: {', '.join(PRECISIONS)}")
-        if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
-            raise ValueError(f"device={self.device!r} is not one of: auto, cpu, cuda, cuda:N, mps")
-
-    def build_task(self, cache_dir: str | Path | None = None) -> Task:
-        """The run's task; a text task caches its tokens in `cache_dir` (training.rundir.DATA_CACHE_DIR of the runs folder).
-
-        `task` is a name known to this process (built in, or added by `register_task`) or an import path
-        (`package.module:Class`). To rebuild the task of a saved run use `training.run_task(run_dir)`,
-        which also imports a task registered only in the process that trained it."""
-        task = get_task(self.task, cache_dir=cache_dir, **self.task_params)
-        check_sampling(self.sampling, task)  # before anything is written: epochs need a finite training set
-        return task
-
-    def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
-        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted,
-        and `eval_samples` must not pass the task's cap (`task.max_eval_size`).
-
-        Without `task`, the task is built (with its token cache in `cache_dir`)."""
-        task = task or self.build_task(cache_dir)
-        if self.eval_samples is not None and self.eval_samples > task.max_eval_size:
-            raise ValueError(f"eval_samples={self.eval_samples} is more than task {task.name!r} holds out "
-                             f"(at most {task.max_eval_size}); allowed: 1..{task.max_eval_size}")
-        if self.tune_samples and task.tuning_size() == 0:
-            raise ValueError(f"tune_samples={self.tune_samples}: task {task.name!r} holds out no tuning rows; give it a "
-                             "tuning split (tune_fraction > 0, e.g. --tune-fraction 0.1)")
-        required = task.model_overrides
-        if self.model_extra.get("n_classes") is not None and "n_classes" not in required:
-            raise ValueError(f"n_classes={self.model_extra['n_classes']!r}: task {task.name!r} predicts tokens; "
-                             "n_classes is set by a classification task (sentiment) from its labels")
-        for key, value in self.model_extra.items():
-            if key in required and required[key] != value:
-                flag = " (drop --bidirectional)" if key == "causal" else ""
-                raise ValueError(f"task {task.name!r} requires {key}={required[key]!r}, not {key}={value!r}{flag}")
-        return ModelConfig(
-            variant=self.variant,
-            d_model=self.d_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            n_ctx=task.seq_len,
-            d_vocab=task.d_vocab,
-            seed=self.seed,
-            **{**self.model_extra, **required},
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown train config keys {unknown}; allowed: {sorted(known)}")
-        return cls(**data)
-
-    @property
-    def warmup(self) -> int:
-        return resolved_warmup(self.steps, self.warmup_steps, self.schedule)
-
-    def kept_steps(self) -> list[int]:
-        """The steps --keep-checkpoints keeps: the initialization (0) and `keep_checkpoints` log-spaced
-        steps from 1 to `steps` (fewer when short runs make some coincide)."""
-        n = self.keep_checkpoints
-        if n == 0:
-            return []
-        if n == 1:
-            return [0, self.steps]
-        ratio = self.steps ** (1 / (n - 1))
-        return sorted({0, *(min(self.steps, round(ratio**i)) for i in range(n))})
-
-    def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based) under the run's schedule (training.optim): ours, linear
-        warmup then cosine decay; the authors', warmup then linear decay to 0."""
-        if self.schedule == "authors":
-            return authors_lr(step, self.lr, self.steps, self.warmup)
-        return scheduled_lr(step, self.lr, self.steps, self.warmup, self.min_lr_ratio)
-
-
 
 
 def train(

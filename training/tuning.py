@@ -36,8 +36,7 @@ from models.files import read_json, write_json
 from .rundir import DATA_CACHE_DIR, TUNING_FILE, is_finished, read_summary
 from .settings import plain
 from .settings import IGNORED_SETTINGS
-from .tasks import Task, task_class
-from .trainer import TrainConfig
+from .config import TrainConfig
 
 FORMAT = "mixit-lab/tuning"
 # What a setting is not: the options chosen among, the repeats, and how a run executes or logs.
@@ -80,8 +79,10 @@ def corpus_key(cfg: TrainConfig) -> str:
 
 def judged_by_loss(task: str) -> bool:
     """Whether a task's runs are judged by their loss (its class's headline "eval_loss"); unknown tasks: accuracy."""
+    from .tasks import task_class  # the task registry imports torch: only when a tuning is read or made
+
     try:
-        cls: type[Task] = task_class(task)
+        cls = task_class(task)
     except ValueError:
         return False
     return getattr(cls, "headline", "eval_acc") == "eval_loss"
@@ -213,6 +214,7 @@ def tune(base: TrainConfig, variants: Sequence[str], lrs: Sequence[float], out: 
     `base.tune_samples` is raised to `tune_samples` when it is 0; a text task without a tuning split gets
     `tune_fraction=0.1`. ValueError (before anything trains) for fewer than two learning rates."""
     from .sweep import expand_grid, run_sweep
+    from .tasks import task_class
 
     lrs = sorted({float(x) for x in lrs})
     if len(lrs) < 2:

@@ -51,6 +51,8 @@ import torch
 
 from models.tokenizer import task_tokenizer
 
+from ..sampling import SAMPLINGS, check_sampling
+
 # Fixed seeds of the held-out data; they never depend on a training seed.
 EVAL_SEED = 0x5EED_E7A1  # streaming tasks: eval chunk c is sample(EVAL_CHUNK, Generator(EVAL_SEED + c))
 SPLIT_SEED = 12345  # modadd train/eval split (the authors shuffle with random.seed(12345))
@@ -322,17 +324,6 @@ def attach_tokenizer(model: Any, task: Task) -> None:
 
 
 # --------------------------------------------------------------------------- training stream
-SAMPLINGS = ("uniform", "epochs")  # how a TrainStream draws rows (TrainConfig.sampling)
-
-
-def check_sampling(sampling: str, task: Task | None = None) -> None:
-    """ValueError unless `sampling` is one of SAMPLINGS and, for "epochs", `task` has a finite training set."""
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling={sampling!r} is not one of: {', '.join(SAMPLINGS)}")
-    if sampling == "epochs" and task is not None and not task.eval_is_train:
-        raise ValueError(f"sampling='epochs' needs a task whose training set is finite (memorize), not {task.name}")
-
-
 class TrainStream:
     """Endless, resumable stream of training batches that never yields an eval row.
 
