@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_analysis, read_analysis_table
+from analysis.runs import read_analysis, read_analysis_records
 
 from .common import NoData, Runs, as_runs, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label
@@ -54,11 +54,12 @@ def head_grids(runs: pd.DataFrame) -> tuple[dict[str, np.ndarray], float | None,
     for variant in variants_in(runs):
         stack = []
         for path in runs.loc[runs["variant"] == variant, "path"]:
-            heads = read_analysis_table(path, "heads")
-            if heads is None or "induction" not in heads:
+            heads = read_analysis_records(path, "heads")  # plain records: a folder may hold thousands of tables
+            if not heads:
                 continue
             grid = np.full((int(n_layers), int(n_heads)), np.nan)
-            grid[heads["layer"].astype(int), heads["head"].astype(int)] = heads["induction"]
+            for row in heads:
+                grid[int(row["layer"]), int(row["head"])] = row["induction"]
             stack.append(grid)
             if chance is None:
                 chance = ((read_analysis(path) or {}).get("summary", {}).get("heads", {}).get("chance", {})

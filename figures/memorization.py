@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_analysis_table
+from analysis.runs import read_analysis_records
 
 from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plain_log_ticks,
                      plot_variant_lines, seed_stats, select_runs, spread_note, value_ticks)
@@ -32,11 +32,11 @@ GROUPS = ("memorize",)  # the study groups it draws (training.rundir.group_of)
 def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
     """runs with keys, accuracy (memory.csv, else eval_acc), bits, max_bits, bits_per_trainable_param."""
     rows = []
-    for run in runs.itertuples():
-        mem = read_analysis_table(run.path, "memory") if run.has_analysis else None
+    for run in runs.itertuples():  # plain records, not a DataFrame per file: a folder may hold thousands
+        mem = read_analysis_records(run.path, "memory") if run.has_analysis else None
         row = {"accuracy": run.eval_acc, "bits": np.nan, "max_bits": np.nan, "bits_per_trainable_param": np.nan}
-        if mem is not None and len(mem):
-            row.update({k: float(mem[k].iloc[0]) for k in row if k in mem})
+        if mem:
+            row.update({k: float(mem[0][k]) for k in row if k in mem[0]})
         rows.append(row)
     out = runs.reset_index(drop=True).join(pd.DataFrame(rows, columns=["accuracy", "bits", "max_bits",
                                                                        "bits_per_trainable_param"]))
