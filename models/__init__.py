@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from .checkpoint import CheckpointError, save_model
@@ -15,16 +14,14 @@ from .config import VARIANTS, ModelConfig, VariantSpec
 if TYPE_CHECKING:
     from .transformer import Transformer, load_model
 
-_LAZY = {"Transformer": "transformer", "load_model": "transformer"}
-
 
 def __getattr__(name: str):
     """`Transformer` and `load_model` import models.transformer (torch, TransformerLens) on first use, so that
     what only reads run folders and configs (the figures, `mixit figures`) starts without them."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
+    if name in ("Transformer", "load_model"):
+        from . import transformer
+
+        return getattr(transformer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, models, pre_tokenizers
