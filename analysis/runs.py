@@ -17,6 +17,7 @@ it); `damaged_files` lists both, for the report and the explorer to show.
 from __future__ import annotations
 
 import csv
+import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,17 +26,21 @@ import pandas as pd
 
 from models.checkpoint import WEIGHTS_FILE
 from models.config import grid_label
-from training.record import analysis_summary, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
+from training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
 )
+from training.pool import fork_workers, forked_map
 from training.rundir import TUNING_FILE, UNFINISHED
 from training.config import TrainConfig
 from training.tuning import Tuning, tuning_key
 
+PARALLEL_FROM = 256  # runs: a smaller folder is read in this process (forking would cost more than it saves)
+
 COLUMNS = [
     "run", "group", "study", "path", "variant", "task", "task_params", "task_label", "d_model", "n_layers", "n_heads",
-    "lr", "schedule", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss",
+    "lr", "schedule", "seed", "steps", "batch_size", "warmup_steps", "weight_decay", "status", "headline", "step",
+    "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss",
     "tokens_per_s", "elapsed_s", "params_trainable", "params_frozen", "params_total", "has_checkpoint",
     "has_analysis", "precision", "error", "tuning_key", "selected",
 ]
@@ -79,7 +84,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]
     except (OSError, ValueError) as e:
         row.update(status="corrupt", error=str(e))
         return row
-    row.update(_config_columns(record.train), **record.metrics, status=record.status)
+    row.update(_config_columns(record.train), **record.metrics, status=record.status, headline=record.headline)
     if record.status != "finished" and record.status not in UNFINISHED:
         row["error"] = record.message
     return row
@@ -98,18 +103,31 @@ def _config_columns(train: TrainConfig) -> dict[str, Any]:
     )
 
 
-def load_runs(root: str | Path) -> pd.DataFrame:
+def load_runs(root: str | Path, workers: int | None = None) -> pd.DataFrame:
     """All runs below `root`, one row each (see COLUMNS); an empty frame with those columns if none.
 
     One walk of the folder and one read of each run's files: a caller that needs the table several times
-    (the report, the figures) builds it once and passes it on."""
+    (the report, the figures) builds it once and passes it on. A large folder is read by `workers` forked
+    processes (training.pool.forked_map; default: one per usable core where forking is safe)."""
     root = Path(root)
-    rows = [load_run(p, root) for p in find_runs(root)]
+    paths = find_runs(root)
+    n = 1 if len(paths) < PARALLEL_FROM else fork_workers(workers, len(paths), torch_in_children=False)
+    size = max(1, -(-len(paths) // n))  # one contiguous slice per process: the rows stay in the folder's order
+    slices = [paths[i:i + size] for i in range(0, len(paths), size)]
+    rows: list[dict[str, Any]] = []
+    for chunk in forked_map(functools.partial(_load_rows, root=root), slices, n, torch_in_children=False):
+        if isinstance(chunk, BaseException):
+            raise chunk
+        rows.extend(chunk)
     choices = tuning_choices(root)
     for row in rows:
         chosen = choices.get(row["tuning_key"])
         row["selected"] = chosen is None or abs(float(row["lr"]) - chosen) <= 1e-9 * chosen
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _load_rows(paths: list[Path], root: Path) -> list[dict[str, Any]]:
+    return [load_run(p, root) for p in paths]
 
 
 def tuning_choices(root: str | Path) -> dict[str, float]:
@@ -145,6 +163,7 @@ def tuning_runs(root: str | Path) -> pd.DataFrame:
         study = str(entry.get("study") or "")
         row = {c: None for c in columns}
         row.update(run=entry.get("run"), group=group_of(study), study=study, status=entry.get("status"),
+                   headline=entry.get("headline"),
                    **_config_columns(train), **{k: v for k, v in (entry.get("metrics") or {}).items() if k in COLUMNS})
         chosen = choices.get(row["tuning_key"])
         row["selected"] = chosen is not None and abs(train.lr - chosen) <= 1e-9 * chosen
@@ -152,6 +171,15 @@ def tuning_runs(root: str | Path) -> pd.DataFrame:
         row.update(memory=analysis.get("memory"), analysis=analysis)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
+
+def by_loss(runs: pd.DataFrame) -> pd.Series:
+    """Per row, whether the run is judged by its loss rather than accuracy (training.record.judged_by_loss): as its
+    summary recorded it (`headline`), else as its task says; rows without a `headline` column (reference
+    records) ask the task."""
+    headlines = runs["headline"] if "headline" in runs else pd.Series(None, index=runs.index, dtype=object)
+    return pd.Series([judged_by_loss(task, h if isinstance(h, str) else None) for task, h in zip(runs["task"], headlines)],
+                     index=runs.index, dtype=bool)
 
 
 def reported(runs: pd.DataFrame) -> pd.DataFrame:

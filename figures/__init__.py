@@ -16,7 +16,9 @@ from figures.style.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -81,36 +83,61 @@ class FigureError(RuntimeError):
         self.failures = failures
 
 
+# Drawn first when several processes draw: the figures that read files of every run (or load a checkpoint), so
+# that the processes finish together.
+DRAW_FIRST = ("attention_maps", "components", "memorization", "induction_heads", "lm_curves", "dynamics")
+
+
 def make_all(
-    runs_dir: str | Path, out_dir: str | Path, only: Iterable[str] | None = None, *, runs: pd.DataFrame | None = None
+    runs_dir: str | Path, out_dir: str | Path, only: Iterable[str] | None = None, *, runs: pd.DataFrame | None = None,
+    workers: int | None = None,
 ) -> dict[str, list[Path] | str]:
     """Draw every figure (or those named in `only`) from runs_dir into out_dir as PNG and PDF.
 
-    The runs below runs_dir are read once (on first use), for every figure; `runs` is that table
+    The runs below runs_dir are read once, for every figure; `runs` is that table
     (analysis.runs.load_runs(runs_dir)) when the caller already has it. Returns name -> the files written,
     or the one-line reason it was skipped (NoData). Any other error in a figure does not stop the others:
     they are all drawn first, then a FigureError names the figures that failed (the first error is its cause).
+
+    `workers` processes draw side by side (training.pool.forked_map; default: one per usable core where
+    forking is safe, else 1); a figure comes out the same whichever process draws it.
     """
-    from .style import save
+    from training.pool import forked_map
 
     names = list(FIGURE_NAMES if only is None else only)
     unknown = [n for n in names if n not in FIGURE_NAMES]
     if unknown:
         raise ValueError(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURE_NAMES)}")
     shared = Runs(runs_dir, runs)
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in names]  # here once, not in each process
+    if any(module.GROUPS for module in modules):  # some figure draws runs: the table is read here once too
+        try:
+            shared.table
+        except NoData:
+            pass  # each figure says so itself
+    order = sorted(names, key=lambda n: n not in DRAW_FIRST)
+    outcomes = dict(zip(order, forked_map(functools.partial(_draw, runs=shared, out_dir=Path(out_dir)), order,
+                                          workers)))
     results: dict[str, list[Path] | str] = {}
     failures: list[tuple[str, BaseException]] = []
     for name in names:
-        try:
-            fig = importlib.import_module(f"{__name__}.{name}").plot(shared)
-            results[name] = save(fig, out_dir, name)
-        except NoData as e:
-            results[name] = str(e)
-        except Exception as e:  # noqa: BLE001 - collected and re-raised below, with the figure's name
-            failures.append((name, e))
+        if isinstance(outcomes[name], BaseException):
+            failures.append((name, outcomes[name]))
+        else:
+            results[name] = outcomes[name]
     if failures:
         raise FigureError(results, failures) from failures[0][1]
     return results
+
+
+def _draw(name: str, runs: Runs, out_dir: Path) -> list[Path] | str:
+    """One figure: the files written, or the reason it was skipped (NoData); any other error is raised."""
+    from .style import save
+
+    try:
+        return save(importlib.import_module(f"{__name__}.{name}").plot(runs), out_dir, name)
+    except NoData as e:
+        return str(e)
 
 
 def draw_and_show(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None
@@ -120,7 +147,6 @@ def draw_and_show(runs_dir: Path, out: Path | None = None, only: Sequence[str] |
 
     A figure that failed to be written (an OSError: a full or read-only disk) is its one line, naming the file
     and the cause; any other failure's traceback goes to stderr (a bug or a malformed file)."""
-    import sys
     import traceback
 
     from .common import default_out_dir

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import NoData, Runs, as_runs, finished_runs, scored_by_loss
+from analysis.runs import by_loss
+from .common import NoData, Runs, as_runs, finished_runs
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "beyond"
@@ -39,7 +40,7 @@ def plot(runs: Runs | str | Path) -> Figure:
             ax.set_visible(False)
         for ax, task in zip(axes, tasks):
             mine = runs[runs["task_label"] == task]
-            lm = all(scored_by_loss(t) for t in mine["task"])  # language modeling: its loss
+            lm = bool(by_loss(mine).all())  # language modeling: its loss
             metric = "eval_loss" if lm else "eval_acc"
             present = [m for m in models if m in set(mine["variant"])]
             for y, model in enumerate(present):

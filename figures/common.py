@@ -115,19 +115,12 @@ def param(runs: pd.DataFrame, name: str) -> pd.Series:
 
 def _param(task: str, params: object, name: str) -> float | None:
     """One numeric parameter of a run: as given, else the task's default (training.tasks), else None."""
-    from training.tasks import resolved_task_params
+    value = params.get(name) if isinstance(params, dict) else None
+    if value is None:  # the task's default: only then is the task registry (and torch) imported
+        from training.tasks import resolved_task_params
 
-    value = resolved_task_params(task, params if isinstance(params, dict) else None).get(name)
+        value = resolved_task_params(task, params if isinstance(params, dict) else None).get(name)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def scored_by_loss(task: str) -> bool:
-    """Whether a task's runs are judged by their validation loss, not accuracy: next-token prediction on a
-    text corpus (language modeling), where token accuracy says little. Asks the task's class."""
-    from training.tasks import TASKS
-
-    cls = TASKS.get(task)
-    return cls is not None and cls.needs_corpus and not cls.is_classifier()
 
 
 def best_config(runs: pd.DataFrame, keys: Sequence[str], value: str, higher_is_better: bool = True) -> pd.DataFrame:

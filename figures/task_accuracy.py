@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, scored_by_loss, seed_errors,
+from analysis.runs import by_loss
+from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, seed_errors,
                      seed_stats, select_runs, spread_note, variants_in)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
@@ -39,7 +40,7 @@ def tick_label(task_label: str) -> str:
 def plot(runs: Runs | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
-    runs = runs[~runs["task"].map(scored_by_loss).astype(bool)]  # language modeling: lm_curves draws it
+    runs = runs[~by_loss(runs)]  # language modeling: lm_curves draws it
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["eval_acc"].notna(), what="runs with an accuracy")
     runs = best_config(runs, ["task_label", "variant"], "eval_acc")
     if runs.empty:

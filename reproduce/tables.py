@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.component_map import who_does_the_work
-from analysis.runs import load_runs, memory_summary, read_analysis, reported
+from analysis.runs import by_loss, load_runs, memory_summary, read_analysis, reported
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.run import run_task
 from training.tasks import TASKS, resolved_task_params
@@ -298,9 +298,9 @@ def _beyond(runs: pd.DataFrame) -> pd.DataFrame:
     done = finished(runs)
     for (task, label, variant), df in done[done["group"] == BEYOND].groupby(["task", "task_label", "variant"],
                                                                              sort=False):
-        by_loss = getattr(TASKS.get(task), "headline", "eval_acc") == "eval_loss"
-        values = df["eval_loss" if by_loss else "eval_acc"].astype(float) * (1 if by_loss else 100)
-        rows.append({"task": label, "variant": variant, "metric": "log-ppl" if by_loss else "accuracy %",
+        loss = bool(by_loss(df).all())
+        values = df["eval_loss" if loss else "eval_acc"].astype(float) * (1 if loss else 100)
+        rows.append({"task": label, "variant": variant, "metric": "log-ppl" if loss else "accuracy %",
                      "value": values.mean(), "std": values.std(ddof=0), "seeds": len(values),
                      "paper_related": BEYOND_RELATED.get(task, "")})
     return pd.DataFrame(rows, columns=BEYOND_COLUMNS)

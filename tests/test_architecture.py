@@ -362,7 +362,8 @@ def test_rooms_stay_small():
 # --------------------------------------------------------------------------- light commands stay light
 def test_reading_runs_imports_no_torch_and_figures_from_tables_no_transformerlens(explorer_runs, tmp_path):
     """docs/architecture.md, `cli/`: `mixit figures` imports only its own command's module, reading a runs folder
-    (training.record, analysis.runs, the figures) imports no torch, and drawing figures from tables imports no
+    (training.record, analysis.runs, the figures) imports no torch (a run's summary records the metric it is judged
+    by, so no task class is asked), and drawing figures from tables imports no torch or
     TransformerLens (with the libraries it brings, about 2 s of every start on 2 cores); only a figure drawn from
     a checkpoint (attention_maps) loads a model."""
     import subprocess
@@ -375,8 +376,8 @@ build_parser("figures")
 assert "torch" not in sys.modules, "reading runs imported torch"
 code = main(["figures", {str(explorer_runs["root"])!r}, "--out", {str(tmp_path / "out")!r},
              "--only", "task_accuracy", "memorization", "lm_curves", "components"])
-print(code, "transformer_lens" in sys.modules)
+print(code, "transformer_lens" in sys.modules, "torch" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1] == "0 False", done.stdout
+    assert done.stdout.splitlines()[-1] == "0 False False", done.stdout

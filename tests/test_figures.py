@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -13,14 +14,17 @@ import pytest
 import torch
 
 import figures
+from analysis.runs import by_loss, load_runs
 from figures import FIGURE_NAMES, FigureError, Runs, make_all
-from figures.common import NoData, best_config, default_out_dir, param, scored_by_loss
+from figures.common import NoData, best_config, default_out_dir, param
 from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
 from models import VARIANTS
 from training import TrainConfig, train
+from training.record import judged_by_loss
 from training.benchmark import COLUMNS as SPEED_COLUMNS
 from training.benchmark import measure_throughput
 from cli.main import main
+from conftest import ROOT
 
 # Tiny runs see a lot of their eval set in the first batch; the trainer's warning about it is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:TrainStream:UserWarning")
@@ -225,9 +229,48 @@ def test_figures_draw_the_table_they_are_given(runs):
         figures.FIGURES["retrieval_pairs"].plot(runs.folder / "missing")  # a folder is read into a Runs
 
 
-def test_tasks_judged_by_their_loss_are_asked_of_the_task_class():
-    assert scored_by_loss("lm") and not scored_by_loss("sentiment") and not scored_by_loss("retrieval")
-    assert not scored_by_loss("not_a_task")
+def test_figures_drawn_by_two_processes_are_the_files_one_process_draws(runs_dir, tmp_path):
+    """make_all forks only where torch is not imported (as in `mixit figures`), so a fresh interpreter draws: with
+    two processes first, then with one (attention_maps has imported torch by then)."""
+    import subprocess
+
+    script = f"""
+import json
+from figures import make_all
+from training.pool import fork_workers
+assert fork_workers(2, 21) == 2, "this process cannot fork"
+two = make_all({str(runs_dir)!r}, {str(tmp_path / "two")!r}, workers=2)
+one = make_all({str(runs_dir)!r}, {str(tmp_path / "one")!r}, workers=1)
+print(json.dumps([{{k: v if isinstance(v, str) else [p.name for p in v] for k, v in r.items()}} for r in (two, one)]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two, one = json.loads(done.stdout.splitlines()[-1])
+    assert two == one and sum(isinstance(v, list) for v in one.values()) >= 3
+    assert "attention_maps" in {k for k, v in one.items() if isinstance(v, list)}  # torch, imported in a child
+    for files in (v for v in one.values() if isinstance(v, list)):
+        assert [(tmp_path / "two" / f).read_bytes() for f in files] == [(tmp_path / "one" / f).read_bytes()
+                                                                         for f in files], files
+
+
+def test_a_large_folder_read_by_two_processes_is_the_table_one_process_reads(runs_dir, monkeypatch):
+    import analysis.runs
+
+    one = load_runs(runs_dir, workers=1)
+    monkeypatch.setattr(analysis.runs, "PARALLEL_FROM", 1)
+    pd.testing.assert_frame_equal(load_runs(runs_dir, workers=2), one)
+
+
+def test_runs_are_judged_by_the_headline_their_summary_records_else_by_their_task_class(runs_dir):
+    table = load_runs(runs_dir)
+    done = table[table["status"] == "finished"]
+    assert done["headline"].tolist() == ["eval_loss" if t == "lm" else "eval_acc" for t in done["task"]]  # recorded
+    assert by_loss(done).tolist() == (done["task"] == "lm").tolist() and by_loss(done).any()
+    frame = pd.DataFrame({"task": ["lm", "lm", "retrieval", "retrieval", "pkg.mod:Task", "not_a_task"],
+                          "headline": ["eval_acc", None, "eval_loss", None, None, None]})
+    assert by_loss(frame).tolist() == [False, True, True, False, False, False]  # recorded, else the class says
+    assert by_loss(frame.drop(columns="headline")).tolist() == [True, True, False, False, False, False]
+    assert judged_by_loss("lm") and not judged_by_loss("sentiment") and judged_by_loss("retrieval", "eval_loss")
 
 
 def test_a_bug_in_one_figure_is_raised_with_its_name_after_the_others(runs_dir, tmp_path, monkeypatch):

@@ -26,6 +26,9 @@ def test_the_rule_takes_the_best_tuning_score_then_the_lower_loss_and_never_a_fa
     assert choose(_frame(tie)) == {"k": 3e-3}  # every lr stores it all: the lower tuning loss
     lm = _frame([{"lr": 1e-3, "seed": 0, "tune_loss": 4.0}, {"lr": 3e-3, "seed": 0, "tune_loss": 3.5}]).assign(task="lm")
     assert choose(lm) == {"k": 3e-3}  # a language model: the lowest tuning loss
+    recorded = _frame([{"lr": 1e-3, "seed": 0, "tune_acc": 0.9, "tune_loss": 4.0},
+                       {"lr": 3e-3, "seed": 0, "tune_acc": 0.1, "tune_loss": 3.5}]).assign(headline="eval_loss")
+    assert choose(recorded) == {"k": 3e-3}  # judged by the loss, as the runs' summaries recorded it
     assert choose(_frame([{"lr": 1e-3, "seed": 0, "tune_acc": None}])) == {"k": None}
 
 

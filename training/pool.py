@@ -1,5 +1,7 @@
-"""The one process pool of the project (`pool_map`): spawned workers, each leading its own process group, that
-end quietly with their parent; sweeps, reproduction and its analysis stage run on it (training.sweep)."""
+"""The process pools of the project. `pool_map`: spawned workers, each leading its own process group, that end
+quietly with their parent; sweeps, reproduction and its analysis stage run on it (training.sweep). `forked_map`:
+forked processes that share this one's memory, for short work that only reads what is already loaded (a runs
+folder's table, the figures drawn from it)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -202,3 +205,57 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
                 yield value
     finally:
         _stop_workers(procs, set(running))
+
+
+def fork_workers(requested: int | None, n_items: int, *, torch_in_children: bool = True) -> int:
+    """How many forked processes `forked_map` uses: `requested` (default: one per usable core), never more than
+    items, and 1 where forking is not safe: off Linux, while another Python thread runs (it could hold a lock at
+    the fork), or, for work that may run torch (`torch_in_children`), once torch is imported here (a child that
+    enters torch's OpenMP pool after its parent used it waits forever)."""
+    unsafe = (not sys.platform.startswith("linux") or threading.active_count() > 1
+              or torch_in_children and "torch" in sys.modules)
+    if unsafe:
+        return 1
+    return max(1, min(int(requested) if requested is not None else len(os.sched_getaffinity(0)), n_items))
+
+
+_FORKED: Callable[[Any], Any] | None = None  # the function forked processes run: set before they fork
+
+
+def _run_forked(item: Any) -> Any:
+    return _FORKED(item)
+
+
+def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int | None = None, *,
+                torch_in_children: bool = True) -> list[Any]:
+    """fn over items, results in order, on fork_workers(workers, ...) forked processes (inline for one). An item
+    whose fn raised, or whose process died, has that exception as its result (the child's traceback as its
+    cause). The processes start as copies of this one: what is loaded (modules, tables) is not loaded again and
+    fn need not be picklable; only items and results travel. Nothing they change comes back but the results."""
+    global _FORKED
+    workers = fork_workers(workers, len(items), torch_in_children=torch_in_children)
+    if workers <= 1:
+        return [_call(fn, item) for item in items]
+    from concurrent.futures import ProcessPoolExecutor
+
+    _FORKED = fn
+    try:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_run_forked, item) for item in items]
+            return [_result(future) for future in futures]
+    finally:
+        _FORKED = None
+
+
+def _call(fn: Callable[[Any], Any], item: Any) -> Any:
+    try:
+        return fn(item)
+    except Exception as e:  # noqa: BLE001 - the item's result, as from a forked process
+        return e
+
+
+def _result(future: Any) -> Any:
+    try:
+        return future.result()
+    except Exception as e:  # noqa: BLE001 - fn's error, or the process's death (BrokenProcessPool)
+        return e

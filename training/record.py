@@ -21,7 +21,7 @@ from .config import TrainConfig
 from .rundir import ANALYSIS_DIR, ANALYSIS_FILE, SUMMARY_FILE, read_json, read_run_info, unfinished_status
 from .runinfo import Provenance, RunInfo, TaskInfo
 
-__all__ = ["RunRecord", "SUMMARY_METRICS", "analysis_summary", "read_analysis", "read_run_record"]
+__all__ = ["RunRecord", "SUMMARY_METRICS", "analysis_summary", "judged_by_loss", "read_analysis", "read_run_record"]
 
 # summary.json's numbers about how training went (the rest describe the run, as run.json does)
 SUMMARY_METRICS = ("step", "eval_acc", "best_eval_acc", "eval_loss", "tune_acc", "tune_loss", "loss", "tokens_per_s",
@@ -66,6 +66,12 @@ class RunRecord:
         """summary.json's numbers (SUMMARY_METRICS; None where absent): empty while the run trains."""
         return {} if self.summary is None else {k: self.summary.get(k) for k in SUMMARY_METRICS}
 
+    @property
+    def headline(self) -> str | None:
+        """The summary value the finished run is judged by ("eval_acc" or "eval_loss"), as summary.json records it;
+        None before it finished, and in summaries written before it was recorded (judged_by_loss then asks the task)."""
+        return None if self.summary is None else self.summary.get("headline")
+
     @functools.cached_property
     def _analysis(self) -> dict[str, Any] | None:
         return read_analysis(self.path)
@@ -109,3 +115,17 @@ def read_run_record(run_dir: str | Path) -> RunRecord:
         reason = str(e).removeprefix(f"{summary_path}: ")
         raise ValueError(f"{summary_path}: cannot read run summary ({type(e).__name__}: {reason})") from None
     return RunRecord(path=run_dir, info=info, train=train, summary=summary)
+
+
+def judged_by_loss(task: str, headline: str | None = None) -> bool:
+    """Whether a run is judged by its validation loss rather than accuracy (its task's `headline` is "eval_loss":
+    a language model). `headline` as the run's summary records it; where it records none (runs finished before
+    it was recorded), the class of a built-in or registered task name says, which imports torch. A task named by
+    its import path is never imported here: without a recorded headline it is judged by accuracy."""
+    if headline is not None:
+        return headline == "eval_loss"
+    if not isinstance(task, str) or ":" in task:
+        return False
+    from .tasks import TASKS  # the task registry imports torch: only for runs that recorded no headline
+
+    return getattr(TASKS.get(task), "headline", "eval_acc") == "eval_loss"

@@ -23,7 +23,6 @@ resume checks, the report, the explorer's display of the raw file). New code rea
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,7 +103,7 @@ class RunInfo(Mapping):
             model = ModelConfig.from_dict(data["model"]) if data.get("model") is not None else None
         except (ValueError, TypeError) as e:
             raise ValueError(f"{path}: model: {e}") from None
-        raw = copy.deepcopy(data)
+        raw = _copied(data)
         return cls(path=path, train=MappingProxyType(raw["train"]), model=model, task=_task_info(raw, path),
                    provenance=_provenance(raw, path), _raw=MappingProxyType(raw))
 
@@ -115,7 +114,7 @@ class RunInfo(Mapping):
 
     def to_dict(self) -> dict[str, Any]:
         """run.json's content as the file holds it (a deep copy: plain, JSON-able data)."""
-        return copy.deepcopy(dict(self._raw))
+        return _copied(dict(self._raw))
 
     def check_data(self, task: Any) -> None:
         """TaskChanged (a ValueError: one line, naming run.json and what changed) if `task`, rebuilt from this record, is not the
@@ -145,6 +144,16 @@ class RunInfo(Mapping):
         return isinstance(other, RunInfo) and self.path == other.path and self._raw == other._raw
 
     __hash__ = None  # type: ignore[assignment]  (holds mappings)
+
+
+def _copied(value: Any) -> Any:
+    """A copy of parsed JSON (dicts and lists copied all the way down, other values shared): what deepcopy gives for
+    such data, several times faster (a runs table copies thousands of run.json files)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value
 
 
 def _task_info(data: dict[str, Any], path: Path) -> TaskInfo:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,6 +33,7 @@ import pandas as pd
 
 from models.files import read_json, write_json
 
+from .record import judged_by_loss
 from .rundir import DATA_CACHE_DIR, TUNING_FILE, is_finished, read_summary
 from .settings import plain
 from .settings import IGNORED_SETTINGS
@@ -45,7 +46,8 @@ PATH_PARAMS = ("text_file", "test_file")  # task parameters that are files: reco
 CORPUS_PARAMS = (*PATH_PARAMS, "dataset")  # where a text task's corpus comes from (corpus_key leaves them out)
 ANALYSES_KEPT = ("memory", "task_induction", "heads")  # analysis summaries a record keeps (what the report reads)
 TUNING_COLUMNS = ["key", "study", "run", "variant", "task", "task_params", "d_model", "n_layers", "n_heads",
-                  "schedule", "steps", "lr", "seed", "status", "tune_acc", "tune_loss", "eval_acc", "eval_loss"]
+                  "schedule", "steps", "lr", "seed", "status", "headline", "tune_acc", "tune_loss", "eval_acc",
+                  "eval_loss"]
 
 
 def portable_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def portable_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def setting(cfg: TrainConfig) -> dict[str, Any]:
     """What a run is but its learning rate and seed (NOT_SETTINGS left out, file paths by base name)."""
-    out = {k: v for k, v in cfg.to_dict().items() if k not in NOT_SETTINGS}
+    out = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in NOT_SETTINGS}  # plain() copies them
     out["task_params"] = portable_params(cfg.task_params)
     return plain(out)
 
@@ -75,17 +77,6 @@ def corpus_key(cfg: TrainConfig) -> str:
     plain_setting = setting(cfg)
     plain_setting["task_params"] = {k: v for k, v in plain_setting["task_params"].items() if k not in CORPUS_PARAMS}
     return hashlib.sha256(json.dumps(plain_setting, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def judged_by_loss(task: str) -> bool:
-    """Whether a task's runs are judged by their loss (its class's headline "eval_loss"); unknown tasks: accuracy."""
-    from .tasks import task_class  # the task registry imports torch: only when a tuning is read or made
-
-    try:
-        cls = task_class(task)
-    except ValueError:
-        return False
-    return getattr(cls, "headline", "eval_acc") == "eval_loss"
 
 
 @dataclass
@@ -125,7 +116,8 @@ class Tuning:
                                                "params_trainable", "params_frozen", "params_total", "elapsed_s")}
         kept = {k: v for k, v in ((analysis or {}).get("summary") or {}).items() if k in ANALYSES_KEPT}
         return {"study": study, "run": run, "train": plain(train),
-                "status": summary.get("status", "running"), "metrics": metrics, "analysis": kept}
+                "status": summary.get("status", "running"), "headline": summary.get("headline"), "metrics": metrics,
+                "analysis": kept}
 
     # ------------------------------------------------------------------ what it holds
     def frame(self) -> pd.DataFrame:
@@ -137,6 +129,7 @@ class Tuning:
                          "task": cfg.task, "task_params": cfg.task_params, "d_model": cfg.d_model,
                          "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "schedule": cfg.schedule,
                          "steps": cfg.steps, "lr": cfg.lr, "seed": cfg.seed, "status": r.get("status"),
+                         "headline": r.get("headline"),
                          **{m: (r.get("metrics") or {}).get(m) for m in ("tune_acc", "tune_loss", "eval_acc",
                                                                         "eval_loss")}})
         return pd.DataFrame(rows, columns=TUNING_COLUMNS)
@@ -161,7 +154,7 @@ class Tuning:
         df = self.frame()
         rows = []
         for key, group in df.groupby("key", sort=False):
-            loss = judged_by_loss(group["task"].iloc[0])
+            loss = _by_loss(group)
             scores = {lr: _score(runs, loss) for lr, runs in group.groupby("lr")}
             chosen = choose(group).get(key)
             first = group.iloc[0]
@@ -172,6 +165,12 @@ class Tuning:
                          "scores": {lr: s[0] for lr, s in sorted(scores.items())},
                          "seeds": int(group["seed"].nunique())})
         return pd.DataFrame(rows)
+
+
+def _by_loss(group: pd.DataFrame) -> bool:
+    """Whether one setting's runs (rows of `Tuning.frame()`) are judged by their loss: as a finished run recorded it."""
+    recorded = group["headline"].dropna() if "headline" in group else ()
+    return judged_by_loss(group["task"].iloc[0], recorded.iloc[0] if len(recorded) else None)
 
 
 def _score(runs: pd.DataFrame, by_loss: bool) -> tuple[float | None, float]:
@@ -191,7 +190,7 @@ def choose(runs: pd.DataFrame) -> dict[str, float | None]:
     seeds (accuracy: highest, then lowest loss; loss: lowest); None for a key none of whose learning rates finished."""
     out: dict[str, float | None] = {}
     for key, group in runs.groupby("key", sort=False):
-        loss = judged_by_loss(group["task"].iloc[0])
+        loss = _by_loss(group)
         best, best_rank = None, None
         for lr, at in sorted(group.groupby("lr"), key=lambda item: item[0]):
             score, tie = _score(at, loss)
