@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from training.rundir import ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE
+from training.rundir import ANALYSIS_FILE, ANALYSIS_TABLE
 
 FORMAT = "mixit-lab/analysis"
 ANALYSIS_VERSION = 6  # bump when a definition changes, so cached results are recomputed
-ANALYSIS_SUBDIR = ANALYSIS_DIR
 ABLATION_METHODS = ("mean", "zero", "none")
 
 
@@ -253,28 +252,29 @@ def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
 
 
 def _patching_applies(ctx: AnalysisContext) -> str | None:
-    """analysis.patching decides which tasks it builds pairs for (`can_patch`); this adds what the task's own
-    settings rule out: more than one hop, or too few letters to corrupt one."""
+    """Patching applies to a task that builds its own pairs (analysis.patching.can_patch) for its settings: the
+    method's ValueError (k-hop with several hops, too few letters to corrupt one) is the reason it does not."""
     from .patching import can_patch
 
     if ctx.task is None:
         return ctx.task_note
-    if callable(getattr(ctx.task, "patching_pairs", None)):  # a task of one's own that builds its own pairs
-        return None
-    if not can_patch(ctx.task) or getattr(ctx.task, "hops", 1) != 1:
-        return (f"activation patching applies to retrieval, 1-hop k-hop and tasks with a patching_pairs method, "
-                f"not {ctx.task.name!r}")
-    if getattr(ctx.task, "alphabet", 4) < 4:
-        # The corrupted letter must differ from the source letter and both its neighbours.
-        return f"k-hop patching needs an alphabet of at least 4 letters, not {ctx.task.alphabet}"
+    if not can_patch(ctx.task):
+        return f"activation patching applies to tasks with a patching_pairs method, not {ctx.task.name!r}"
+    try:
+        ctx.task.patching_pairs(_patching_rows(ctx), ctx.options.seed)  # as _patching draws them: cheap
+    except ValueError as e:
+        return str(e).removeprefix("patching: ")
     return None
+
+
+def _patching_rows(ctx: AnalysisContext) -> int:
+    return min(ctx.options.eval_samples, 128)
 
 
 def _patching(ctx: AnalysisContext) -> AnalysisResult:
     from .patching import head_patching
 
-    n = min(ctx.options.eval_samples, 128)
-    r = head_patching(ctx.model, ctx.task, n=n, seed=ctx.options.seed)  # a task's own patching_pairs, if it has one
+    r = head_patching(ctx.model, ctx.task, n=_patching_rows(ctx), seed=ctx.options.seed)  # the task's patching_pairs
     df = r.frame()
     top = df.sort_values("restored", ascending=False).head(3)
     return AnalysisResult({"patching": df}, {
@@ -311,9 +311,11 @@ def analyze_checkpoint(
 
     from models import load_model
     from models.files import atomic_directory, write_json
-    from training.trainer import pick_device, provenance
+    from training.machine import pick_device
+    from training.provenance import provenance
+    from training.rundir import find_checkpoint
 
-    from .common import checkpoint_hash, find_checkpoint
+    from .common import checkpoint_hash
 
     if not isinstance(options, AnalysisOptions):
         options = AnalysisOptions.from_dict(options)
@@ -408,7 +410,9 @@ def cached_analysis(path: str | Path, out_dir: str | Path, options: AnalysisOpti
     """The analysis.json `analyze_checkpoint` would return as "cached" (the same checkpoint bytes, analysis version and
     options; every table there, with its columns), else None; without loading the model, so that a rerun over
     thousands of analysed runs decides in one process which need a worker. Errors as analyze_checkpoint's."""
-    from .common import checkpoint_hash, find_checkpoint
+    from training.rundir import find_checkpoint
+
+    from .common import checkpoint_hash
 
     if not isinstance(options, AnalysisOptions):
         options = AnalysisOptions.from_dict(options)

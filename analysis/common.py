@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 import torch
 
 from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from training.rundir import CheckpointRef, find_checkpoint  # noqa: F401  (where analyses find their inputs)
+from training.rundir import find_checkpoint
 
 if TYPE_CHECKING:
     from training.tasks import Task
@@ -65,13 +65,6 @@ def check_positive_int(name: str, value: Any, lo: int = 1) -> int:
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device the model lives on (`model.cfg.device`, kept in sync by `Transformer.to`)."""
     return torch.device(model.cfg.device)
-
-
-def attention_kind(model: torch.nn.Module) -> str:
-    """The variant's attention ('softmax', 'shaped', 'mixing'); 'softmax' for any other HookedRootModule.
-    A grid model can differ per layer: see `layer_attention_kinds`."""
-    config = getattr(model, "config", None)
-    return config.spec.attention if config is not None and hasattr(config, "spec") else "softmax"
 
 
 def layer_attention_kinds(model: torch.nn.Module) -> list[str]:

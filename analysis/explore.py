@@ -1,14 +1,13 @@
 """The explorer's data layer: runs, models, inputs, attention patterns, head scores, predictions and
 comparisons for the explorer's pages, as plain functions (no Streamlit here), so they can be tested and reused.
-What it computes on one model (inputs, patterns, grids, predictions) lives in `analysis.explore_model` and is
-re-exported here, so `ex.` is one namespace.
+What it computes on one model (inputs, patterns, grids, predictions) lives in `analysis.explore_model`.
 
-    from analysis import explore as ex
+    from analysis import explore as ex, explore_model as em
     root = ex.open_root("runs/smoke")
     runs = ex.list_runs(root)                          # one row per run (analysis.runs.COLUMNS + size)
     model = ex.load_run_model(root, runs.path[0])
-    example = ex.eval_example(ex.run_task(root, runs.path[0]), 0)
-    patterns = ex.attention_patterns(model, example.tokens)   # [layer, head, query, key]
+    example = em.eval_example(ex.run_task(root, runs.path[0]), 0)
+    patterns = em.attention_patterns(model, example.tokens)   # [layer, head, query, key]
 
 Everything is read from one runs directory, the *root*. Every path is resolved (symlinks and `..`
 included) and checked to lie under the root before it is opened (`inside`), so the explorer never
@@ -33,29 +32,20 @@ from typing import Any
 import pandas as pd
 
 from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from models.files import read_json
 from training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST,
-    METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir, kept_checkpoints, read_json,
-    UNFINISHED, lock_holder, read_metric_records, unfinished_status,
+    METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir,
+    kept_checkpoints, UNFINISHED, lock_holder, read_metric_records, unfinished_status,
 )
 from training.rundir import read_run_info as _read_run_info
 from training.runinfo import RunInfo
 
-from .heads import HEAD_SCORES
-from .explore_model import (  # computations on one model, re-exported: `ex.` is the explorer's one namespace
-    Example, NoHeadScores, SHOWN_HEAD_SEQS, attention_patterns, class_probabilities, component_grid,
-    compute_head_table, default_position, eval_example, fixed_layers, fixed_matrix_values, has_sink_head,
-    head_kinds, head_share_grid, ids_example, is_fixed_attention, next_token_probability, parameter_table,
-    parse_token_ids, patching_grid, repeated_pattern, score_grid, takes_text, text_example, token_labels,
-    top_k_next,
-)
 from .runs import COLUMNS, load_run
 
 RUN_COLUMNS = [*COLUMNS, "size"]
 SHOWN_COMPONENT_ROWS = 64  # eval rows of a components table computed on the fly (mixit analyze stores more)
 TAIL_BYTES = 16384  # how much of metrics.jsonl is read for a run that has no summary.json yet
-
-# HEAD_SCORES (the head scores the explorer shows, column -> name) is analysis.heads' vocabulary, re-exported.
 
 
 class OutsideRoot(ValueError):

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from training.tasks import Task
-from training.trainer import masked_logits
+from training.loss import masked_logits
 
 from .common import ModelOrPath, as_model, batches, check_positive_int, model_and_task, model_device
 

@@ -45,7 +45,6 @@ import torch
 from .common import ModelOrPath, as_model, model_and_task, model_device
 
 COLUMNS = ["layer", "head", "restored", "logit_diff"]  # the built-in metric; a callable's column is "metric"
-PATCHABLE = ("retrieval", "khop")
 NEAR_EQUAL_RTOL = 0.1  # clean and corrupted within 10% of the larger: `restored` is meaningless
 LOGIT_DIFF_ATOL = 0.1  # ... or within 0.1 logits (built-in metric)
 CALLABLE_ATOL = 1e-6  # ... or within rounding noise (a callable metric, whose scale is unknown here)
@@ -69,62 +68,20 @@ class PatchingPairs:
 
 
 def can_patch(task_or_class) -> bool:
-    """Whether `patching_pairs` builds pairs for this task (or task class): retrieval, k-hop (1 hop, checked on
-    the task), or a task of one's own with a `patching_pairs(n, seed)` method (the base Task, which stands for a class
-    not imported, has neither)."""
-    return getattr(task_or_class, "name", None) in PATCHABLE or callable(getattr(task_or_class, "patching_pairs", None))
+    """Whether the task (or task class) builds patching pairs: it has a `patching_pairs(n, seed)` method, as retrieval,
+    k-hop and a task of one's own may (the base Task, which stands for a class not imported, has none). The method
+    may still refuse the task's settings (k-hop with more than one hop), with a ValueError saying why."""
+    return callable(getattr(task_or_class, "patching_pairs", None))
 
 
 def patching_pairs(task, n: int = 64, seed: int = 0) -> PatchingPairs:
-    """`n` clean/corrupted pairs for a retrieval task, a 1-hop k-hop task, or a task with its own
-    `patching_pairs(n, seed)` method (training.tasks.Task's protocol); ValueError for any other."""
-    if callable(getattr(task, "patching_pairs", None)):
-        clean, corrupted, position, answers = task.patching_pairs(n, seed)
-        return PatchingPairs(clean, corrupted, torch.as_tensor(position), answers[:, 0], answers[:, 1])
-    if task.name not in PATCHABLE:
-        raise ValueError(f"patching: task {task.name!r} is not one of: {', '.join(PATCHABLE)}, and has no "
-                         "patching_pairs method")
-    if task.name == "khop" and task.alphabet < 4:
-        raise ValueError(f"patching: khop alphabet={task.alphabet} leaves no replacement letter; allowed: alphabet >= 4")
-    g = torch.Generator().manual_seed(seed)
-    tokens, mask = task.sample(n, g)
-    rows = torch.arange(n)
-    if task.name == "retrieval":
-        answer_at = mask.float().argmax(1)  # the scored value, right after the query
-        position = answer_at - 1
-        query_key = tokens[rows, position] - task.query0_id
-        keys = tokens[:, 0 : 2 * task.pairs : 2] - task.key0_id  # pad rows give negative keys
-        pair = (keys == query_key[:, None]).float().argmax(1)
-        clean_answer = tokens[rows, 2 * pair + 1]
-        shift = torch.randint(1, task.num_values, (n,), generator=g)  # another value: never the same
-        corrupted_answer = (clean_answer - task.value0_id + shift) % task.num_values + task.value0_id
-        corrupted = tokens.clone()
-        corrupted[rows, 2 * pair + 1] = corrupted_answer
-        corrupted[rows, answer_at] = corrupted_answer
-        return PatchingPairs(tokens, corrupted, position, clean_answer, corrupted_answer)
-
-    if task.hops != 1:
-        raise ValueError(f"patching: k-hop with hops={task.hops}; only 1 hop is a single lookup to corrupt")
-    N = task.length
-    x = tokens[:, :N]
-    sources = task.hop_sources(x)  # [n, N]
-    # The last answer position with a non-null answer; rows without one (no letter repeats) are dropped.
-    has = sources >= 0
-    keep = has.any(1)
-    if not keep.any():
-        raise ValueError(f"patching: no k-hop row of {n} has a non-null answer (length {N}, alphabet {task.alphabet})")
-    tokens, x, sources, has = tokens[keep], x[keep], sources[keep], has[keep]
-    n, rows = int(keep.sum()), torch.arange(int(keep.sum()))
-    i = (has.float() * torch.arange(1, N + 1)).argmax(1)
-    s = sources[rows, i]
-    # A letter other than x_s and its neighbours, so that the previous occurrence of x_i stays at s - 1.
-    x2 = x.clone()
-    forbidden = torch.stack([x[rows, s], x[rows, s - 1], x[rows, (s + 1).clamp(max=N - 1)]], 1)
-    for r in range(n):
-        choices = [c for c in range(task.alphabet) if c not in forbidden[r].tolist()]
-        x2[r, s[r]] = choices[int(torch.randint(len(choices), (1,), generator=g))]
-    corrupted = torch.cat([x2, torch.full((n, 1), task.sep_id), task.hop_targets(x2)], dim=1)
-    return PatchingPairs(tokens, corrupted, N + i, x[rows, s], x2[rows, s])
+    """`n` clean/corrupted pairs from the task's own `patching_pairs(n, seed)` (training.tasks.Task's protocol);
+    ValueError for a task without one, or whose settings it refuses."""
+    if not can_patch(task):
+        raise ValueError(f"patching: task {task.name!r} has no patching_pairs method (retrieval, 1-hop k-hop and tasks "
+                         "of one's own that define one build pairs)")
+    clean, corrupted, position, answers = task.patching_pairs(n, seed)
+    return PatchingPairs(clean, corrupted, torch.as_tensor(position), answers[:, 0], answers[:, 1])
 
 
 def logit_diff_metric(answer_tokens: torch.Tensor, position: int | torch.Tensor = -1) -> Metric:

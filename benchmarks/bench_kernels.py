@@ -39,7 +39,9 @@ import torch.nn.functional as F  # noqa: E402
 from models.transformer import (  # noqa: E402
     KEYS_FIRST_MAX_LEN, KEYS_OUTER_MAX_LEN, MATH_ATTENTION_MAX_LEN, MIX_PER_HEAD_MAX_D_HEAD)
 from training.tasks import TrainStream  # noqa: E402
-from training.trainer import TrainConfig, keep_freed_memory, task_loss  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.loss import task_loss  # noqa: E402
+from training.machine import keep_freed_memory  # noqa: E402
 from models import build_model  # noqa: E402
 
 # (batch, heads, positions, d_head): memorize, modular addition, 3-digit addition (16 heads),

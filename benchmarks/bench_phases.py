@@ -32,9 +32,11 @@ from reproduce.corpora import choose_text  # noqa: E402
 from reproduce.pipeline import preset_runs  # noqa: E402
 from reproduce.preset import TEXT_KINDS, load_preset  # noqa: E402
 from training.tasks import TrainStream  # noqa: E402
-from training.trainer import (  # noqa: E402
-    TrainConfig, autocast_for, build_optimizer, keep_freed_memory, pick_device, task_loss,
-)
+from training.config import TrainConfig  # noqa: E402
+from training.loss import task_loss  # noqa: E402
+from training.machine import keep_freed_memory, pick_device  # noqa: E402
+from training.optim import build_optimizer  # noqa: E402
+from training.precision import autocast_for  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "clip", "optimizer")
 

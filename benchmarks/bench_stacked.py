@@ -35,7 +35,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402
 
 from models import ModelConfig, build_model  # noqa: E402
-from training.trainer import autocast_for, keep_freed_memory  # noqa: E402
+from training.machine import keep_freed_memory  # noqa: E402
+from training.precision import autocast_for  # noqa: E402
 
 HEADS = {"mixit": 16, "standard": 4}  # as in the quick preset's algorithmic studies
 

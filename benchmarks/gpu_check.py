@@ -41,7 +41,8 @@ import torch  # noqa: E402
 from paper_cost import study_runs  # noqa: E402
 from reproduce.preset import load_preset  # noqa: E402
 from training.tasks import TASKS  # noqa: E402
-from training.trainer import TrainConfig, train  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.trainer import train  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"  # the corpora beside the checkout (see its README); --data elsewhere
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]

@@ -45,7 +45,8 @@ from models.config import ModelConfig  # noqa: E402
 from models import build_model  # noqa: E402
 from training.loss import masked_loss  # noqa: E402
 from training.parallel import Ranks  # noqa: E402
-from training.trainer import TrainConfig, _Loop  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.trainer import _Loop  # noqa: E402
 
 DATASHEET_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16
 LM_VOCAB = 27_000  # the paper preset's LM vocabulary on its corpora (docs/benchmarks.md)

@@ -36,7 +36,8 @@ from models import VARIANTS, ModelConfig, build_model  # noqa: E402
 from reproduce.preset import load_preset  # noqa: E402
 from training.tasks import TASKS, get_task  # noqa: E402
 from training.sweep import grid_extra, variant_entry  # noqa: E402
-from training.trainer import TrainConfig, autocast_for  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.precision import autocast_for  # noqa: E402
 
 
 def shape_of(task: str, params: dict) -> tuple[int, int, int | None]:

@@ -45,7 +45,7 @@ for _path in (ROOT, ROOT / "benchmarks"):
 
 from authors_reference import study_runs  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from training.trainer import TrainConfig  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
 
 BASELINE = "baseline"
 ALL = "all"

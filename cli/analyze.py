@@ -16,7 +16,8 @@ from typing import Any
 
 from analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoint
 from models.checkpoint import CheckpointError
-from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY, atomic_file
+from models.files import atomic_file
+from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY
 
 from .common import CLIError, add_trust_option, check_output_dir, input_errors, path_arg
 
@@ -57,7 +58,7 @@ def _options(args: argparse.Namespace) -> AnalysisOptions:
 def _check_device(name: str) -> None:
     """ValueError unless `name` is a device this machine has (pick_device); torch's own error for a misspelled
     one is a RuntimeError, turned into a ValueError naming what is allowed."""
-    from training.trainer import pick_device
+    from training.machine import pick_device
 
     try:
         pick_device(name)

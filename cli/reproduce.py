@@ -61,7 +61,8 @@ def register(subparsers) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Resolve the preset, its corpora and runs once (every input error before anything trains, --dry-run too),
     then run the pipeline on that plan."""
-    from reproduce.pipeline import load_preset, plan_reproduction, reproduce
+    from reproduce.pipeline import plan_reproduction, reproduce
+    from reproduce.preset import load_preset
     from reproduce.report import check_report_dir
     from training.tasks import trust_task_code
     from training.trackers import check_tracker

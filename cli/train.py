@@ -20,8 +20,11 @@ from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE,
 from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
 from training.trackers import TRACKERS, check_tracker
 from training.parallel import Ranks, torchrun_command
+from training.config import PRECISIONS, TrainConfig
+from training.machine import pick_device
 from training.optim import SCHEDULES
-from training.trainer import PRECISIONS, SettingsChanged, TrainConfig, pick_device, train
+from training.settings import SettingsChanged
+from training.trainer import train
 
 from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, stop_on_sigterm, add_executor_options, executor_from_args, check_output_dir,

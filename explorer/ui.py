@@ -18,6 +18,7 @@ import streamlit as st
 import torch
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from figures.style import VARIANT_ORDER, VARIANT_STYLES, variant_label
 
 COLORS = {v: s.color for v, s in VARIANT_STYLES.items()}
@@ -64,7 +65,7 @@ def cached_model(root: str, run_dir: str, stamp: tuple, step: int | None = None)
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_patterns(root: str, run_dir: str, stamp: tuple, tokens: tuple[int, ...]) -> np.ndarray:
     """Every head's attention pattern on `tokens`: [layer, head, query, key]."""
-    return ex.attention_patterns(cached_model(root, run_dir, stamp), torch.tensor(tokens, dtype=torch.int64))
+    return em.attention_patterns(cached_model(root, run_dir, stamp), torch.tensor(tokens, dtype=torch.int64))
 
 
 # --------------------------------------------------------------------------- runs
@@ -176,30 +177,30 @@ def by_variant(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 
 # --------------------------------------------------------------------------- inputs
-def example_picker(model, task, key: str) -> ex.Example | None:
+def example_picker(model, task, key: str) -> em.Example | None:
     """An input: a sample of the task's eval set, typed token ids, or text (models trained on text)."""
-    has_text = ex.takes_text(model)  # not a task's vocabulary (algorithmic checkpoints carry one too)
+    has_text = em.takes_text(model)  # not a task's vocabulary (algorithmic checkpoints carry one too)
     sources = (["Text"] if has_text else []) + (["Eval sample"] if task is not None else []) + ["Token ids"]
     source = st.radio("Input", sources, horizontal=True, key=f"{key}_source")
     try:
         if source == "Eval sample":
             index = st.number_input(f"Eval sample (0-{SHOWN_EVAL_SAMPLES - 1})", 0, SHOWN_EVAL_SAMPLES - 1, 0,
                                     key=f"{key}_sample")
-            return ex.eval_example(task, int(index), SHOWN_EVAL_SAMPLES)
+            return em.eval_example(task, int(index), SHOWN_EVAL_SAMPLES)
         if source == "Token ids":
             n = min(model.cfg.n_ctx, 8)
             default = " ".join(str(i % model.cfg.d_vocab) for i in range(1, n + 1))
             text = st.text_input(f"Token ids (0-{model.cfg.d_vocab - 1}, at most {model.cfg.n_ctx})", default,
                                  key=f"{key}_ids")
-            return ex.ids_example(text, model, task)
+            return em.ids_example(text, model, task)
         text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key=f"{key}_text", height=80)
-        return ex.text_example(model, text)
+        return em.text_example(model, text)
     except ValueError as e:
         st.error(str(e))
         return None
 
 
-def show_tokens(example: ex.Example) -> None:
+def show_tokens(example: em.Example) -> None:
     """The input's tokens in one line; the answer tokens the task scores in brackets."""
     scored = example.answer is not None and any(example.answer)
     shown = [f"[{t}]" if scored and example.answer[i] else t for i, t in enumerate(example.labels)]

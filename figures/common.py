@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.runs import load_runs, reported
-from training.rundir import MANIFEST, read_json
+from models.files import read_json
+from training.rundir import MANIFEST
 
 if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through figures.style
     from matplotlib.axes import Axes

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
+from analysis.paper import PAPER
 from analysis.runs import memory_summary
 
 from .common import NoData, Runs, finished_runs, param, seed_errors, seed_stats
@@ -26,8 +27,8 @@ SCALE = "scale"  # the study group (training.rundir.group_of "scale-...")
 GROUPS = (SCALE,)
 SST2_STUDY = "scale-sst2"  # the studies on SST-2 are named scale-sst2...: their sentiment runs are a corpus apart
 LINESTYLES = ("-", "--", ":", "-.")
-PAPER_SENTIMENT = {"standard": 92.56, "mixit": 90.55}  # the paper's Table 3 (%), as reproduce.report.PAPER
-PAPER_MEMORIZE_BITS = {"standard": 2.98, "frozen_qk": 2.25, "mixit": 2.18, "frozen_mlp": 1.13}  # Table 4
+PAPER_SENTIMENT = PAPER["sentiment"]  # the paper's Table 3 (%)
+PAPER_MEMORIZE_BITS = PAPER["memorize_bits"]  # Table 4
 AXIS_LABELS = {"d_model": "width (d_model)", "n_layers": "depth (layers)", "steps": "training steps",
                "max_pairs": "Dyck max_pairs (strings up to 2 x max_pairs)"}
 
@@ -169,5 +170,5 @@ def values_of(runs: pd.DataFrame, column: str) -> list[float]:
     return sorted({float(v) for v in runs[column].dropna()})
 
 
-__all__ = ["GROUPS", "NoData", "draw_against", "draw_paper", "line_style", "order_labels", "scale_runs",
+__all__ = ["GROUPS", "draw_against", "draw_paper", "line_style", "order_labels", "scale_runs",
            "settings_note", "title", "values_of", "with_accuracy", "with_memory"]

@@ -10,8 +10,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from analysis.analyze import AnalysisOptions
-from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, atomic_file, kept_checkpoints
-from training.sweep import pool_map
+from models.files import atomic_file
+from training.pool import pool_map
+from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, kept_checkpoints
 
 
 def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,

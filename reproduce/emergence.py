@@ -22,7 +22,7 @@ each variant's accuracy lost from the shallowest to the deepest model on depth) 
 stays as each axis moves toward the paper's setting.
 
 This module sits below reproduce.report and reproduce.selection (they import it, never the reverse); the
-paper's numbers come from reproduce.paper and the table format from reproduce.markdown, as the report's.
+paper's numbers come from analysis.paper and the table format from reproduce.markdown, as the report's.
 Given the runs table (`runs=`, analysis.runs.load_runs), it reads nothing from the runs folder but the
 memorization runs' analysis summaries.
 """
@@ -43,7 +43,7 @@ from training.tasks import resolved_task_params
 
 from .intervals import combination, difference
 from .markdown import markdown_table as _markdown_table
-from .paper import FULL_ACCURACY, PAPER
+from analysis.paper import FULL_ACCURACY, PAPER
 
 SCALE = "scale"  # the study group of the scale preset (reproduce.report leaves it out of the paper's tables)
 

@@ -26,7 +26,7 @@ from training.tasks import TASKS
 
 from .claims import Claim, Finding, Part, join_and, missing, numbers, pct, seed_values, stuck_note
 from .intervals import Interval, combination, decide, difference, level, ratio
-from .paper import FULL_ACCURACY
+from analysis.paper import FULL_ACCURACY
 from .selection import STUCK_POINTS, lookup
 
 RETRIEVAL_VARIANTS = ("standard", "frozen_mlp", "frozen_qk", "mixit")

@@ -2,7 +2,8 @@
 draw the figures and write the report. Every stage resumes: finished runs, analyses and measurements
 are kept, so rerunning an interrupted reproduction continues where it stopped.
 
-    from reproduce.pipeline import load_preset, reproduce
+    from reproduce.pipeline import reproduce
+    from reproduce.preset import load_preset
     reproduce(load_preset("smoke"), out="runs/smoke", report_dir="reports/smoke", figures_dir="figures/out/smoke")
 
 Layout of `out` (the runs directory that figures, the report and the explorer read):
@@ -21,7 +22,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,17 +31,18 @@ from tqdm.auto import tqdm
 
 from analysis.analyze import AnalysisOptions
 from models import ModelConfig
+from models.files import atomic_file, read_json, write_json
 from training.rundir import (
     DATA_CACHE_DIR, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE,
-    TUNING_FILE, atomic_file, is_finished, read_json, read_summary, run_lock, write_json, write_runs_table,
+    TUNING_FILE, is_finished, read_summary, run_lock, write_runs_table,
 )
-from training.settings import model_differences
+from training.config import TrainConfig
+from training.settings import SettingsChanged, model_differences, settings_differences
 from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, train_runs
-from training.trainer import SettingsChanged, TrainConfig, settings_differences
 
 from .analyses import analysis_stage
 from .corpora import TextChoice, choose_text
-from .preset import Preset, load_preset, preset_names  # noqa: F401  (the pipeline's API includes them)
+from .preset import Preset
 from .tuning import TuningPlan, plan_tuning, record_from_runs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

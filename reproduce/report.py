@@ -4,7 +4,7 @@
     findings = write_report("runs/quick", "reports/quick", manifest)    # report.md + one CSV per table
 
 The report is written from one runs table (analysis.runs.load_runs, read once, or given as `runs=`), which
-every table builder reads. The work is split by job, and this module re-exports each one's public names:
+every table builder reads. The work is split by job, one module each:
 
     reproduce.selection  which runs a table reads; statistics over seeds (medians, stuck seeds)
     reproduce.tables     the tables (build_tables, reference_tables, memorize_regimes)
@@ -32,17 +32,14 @@ from analysis.runs import damaged_files, load_runs, reported, tuning_runs
 from models.files import atomic_directory, atomic_file, recover_directory, remove_leftovers, write_json, write_text
 from training.rundir import REPORT_FILE
 
-from .claims import Claim, Finding, Part
 from .emergence import emergence_section, emergence_tables
 from .findings import FINDINGS
 from .grid import across_the_grid, grid_text, measured_at
 from .markdown import markdown_table
-from .paper import FULL_ACCURACY, PAPER
 from .reference import end_to_end, load_reference
-from .selection import BEYOND, SCHEDULE, STUCK_POINTS, accuracy_stats, mean_by, select
-from .tables import (BEYOND_COLUMNS, BEYOND_RELATED, INDUCTION_COLUMNS, build_tables, memorize_regimes,
-                     reference_tables, tables_with_sources)
-from .verdicts import VERDICTS, check_findings, verdict_of, verdict_text
+from .selection import BEYOND, SCHEDULE
+from .tables import reference_tables, tables_with_sources
+from .verdicts import check_findings
 
 TITLES = {
     "table1_retrieval": ("Table 1: retrieval and k-hop induction", "Final eval accuracy (%): mean, spread and median "
@@ -328,9 +325,5 @@ def _figures_section(report_dir: Path, figures_dir: str | Path | None, failed: d
     return [*lines, ""]
 
 
-__all__ = [
-    "BEYOND", "BEYOND_COLUMNS", "BEYOND_RELATED", "CORPUS_OF", "Claim", "FINDINGS", "FULL_ACCURACY", "Finding",
-    "INDUCTION_COLUMNS", "PAPER", "Part", "STUCK_POINTS", "TITLES", "VERDICTS", "accuracy_stats", "build_tables",
-    "check_findings", "corpus_line", "mean_by", "memorize_regimes", "precision_line", "reference_tables", "select",
-    "tables_with_sources", "verdict_of", "verdict_text", "write_report",
-]
+__all__ = ["CORPUS_OF", "FINDINGS_FILE", "REPORT_TABLE", "TITLES", "check_report_dir", "corpus_line", "precision_line",
+           "schedules_table", "write_report"]

@@ -25,7 +25,7 @@ from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.run import run_task
 from training.tasks import TASKS, resolved_task_params
 
-from .paper import FULL_ACCURACY, PAPER
+from analysis.paper import FULL_ACCURACY, PAPER
 from .reference import load_reference, reference_runs, reference_signal
 from .selection import BEYOND, accuracy_stats, finished, in_variant_order, mean_by, papers_runs, select
 

@@ -135,8 +135,9 @@ def _read_choices(record: Tuning, grids: dict[str, list[float]],
 def record_from_runs(plan: TuningPlan, grid: list[tuple[str, TrainConfig]], out: Path,
                      about: dict[str, Any]) -> Tuning:
     """The record of a grid trained now: each tuning run's settings, summary and kept analyses, read from `out`."""
+    from models.files import read_json
     from training.record import read_analysis
-    from training.rundir import SUMMARY_FILE, read_json
+    from training.rundir import SUMMARY_FILE
 
     configs = dict(grid)
     runs = []

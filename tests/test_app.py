@@ -21,6 +21,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from training.rundir import run_lock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -221,7 +222,7 @@ def test_a_grid_model_is_labelled_per_layer_and_its_learned_matrices_counted_apa
     titles = [a["text"] for a in chart(at, "attn_grid")["layout"]["annotations"]]
     assert titles[0].startswith("L0 H0: fixed") and titles[2].startswith("L1 H0: softmax")
     model = ex.load_run_model(ex.open_root(tmp_path), tmp_path / "grid" / "learned")
-    table = ex.parameter_table(model).set_index("component")
+    table = em.parameter_table(model).set_index("component")
     size = {name.rsplit(".", 1)[-1]: p.numel() for name, p in model.named_parameters() if ".attn." in name}
     assert table.loc["mix", "trainable"] == size["A_learned"] == 2 * model.cfg.n_ctx ** 2  # not V/O parameters
     assert table.loc["v", "total"] + table.loc["o", "total"] == sum(size[k] for k in ("W_V", "b_V", "W_O", "b_O"))
@@ -263,7 +264,7 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     induction = chart(at, "heads_induction")
     assert len(induction["data"]) == 2 and all(d["coloraxis"] == "coloraxis" for d in induction["data"])
     heads = pd.read_csv(explorer_runs["standard"] / "analysis" / "heads.csv")
-    np.testing.assert_allclose(values(induction["data"][0]["z"]), ex.score_grid(heads, "induction"))
+    np.testing.assert_allclose(values(induction["data"][0]["z"]), em.score_grid(heads, "induction"))
     axis = induction["layout"]["coloraxis"]
     shown = np.concatenate([values(d["z"]).ravel() for d in induction["data"]])
     assert axis["cmin"] <= shown.min() and axis["cmax"] >= shown.max()
@@ -272,7 +273,7 @@ def test_heads_view_side_by_side_with_one_colour_scale(app, explorer_runs):
     rep = chart(at, "heads_rep")
     root = ex.open_root(explorer_runs["root"])
     length = at.slider(key="heads_rep_len").value
-    tokens, pattern = ex.repeated_pattern(ex.load_run_model(root, explorer_runs["standard"]), 0, 0, length)
+    tokens, pattern = em.repeated_pattern(ex.load_run_model(root, explorer_runs["standard"]), 0, 0, length)
     np.testing.assert_allclose(values(rep["data"][0]["z"]), pattern, atol=1e-6)
 
 
@@ -281,12 +282,12 @@ def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
     at = app(page="Heads", heads_runs=runs)
     patched = chart(at, "heads_patching")
     stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "patching.csv")
-    np.testing.assert_allclose(values(patched["data"][0]["z"]), ex.patching_grid(stored))
+    np.testing.assert_allclose(values(patched["data"][0]["z"]), em.patching_grid(stored))
     assert "retrieval-frozen_qk`: computed now" in texts(at.caption)
     components = chart(at, "heads_components")  # per run: ablation [attention, MLP] x layer, then head shares
     stored = pd.read_csv(explorer_runs["standard"] / "analysis" / "components.csv")
-    np.testing.assert_allclose(values(components["data"][0]["z"]), -100 * ex.component_grid(stored, "mean_delta_accuracy"))
-    np.testing.assert_allclose(values(components["data"][1]["z"]), ex.head_share_grid(stored))
+    np.testing.assert_allclose(values(components["data"][0]["z"]), -100 * em.component_grid(stored, "mean_delta_accuracy"))
+    np.testing.assert_allclose(values(components["data"][1]["z"]), em.head_share_grid(stored))
     assert len(components["data"]) == 4
     slider = at.select_slider(key="heads_step")
     assert slider.options == ["0", "1", "30", "final"] and slider.value == "final"
@@ -297,9 +298,9 @@ def test_heads_view_patching_heatmap_and_step_slider(app, explorer_runs):
     assert "retrieval-standard` kept no checkpoint at step 0" in captions
     assert "the checkpoint kept at step 0" in captions
     root = ex.open_root(explorer_runs["root"])
-    at_init = ex.compute_head_table(ex.load_run_model(root, explorer_runs["frozen_qk"], step=0))[0]
+    at_init = em.compute_head_table(ex.load_run_model(root, explorer_runs["frozen_qk"], step=0))[0]
     induction = chart(at, "heads_induction")
-    np.testing.assert_allclose(values(induction["data"][1]["z"]), ex.score_grid(at_init, "induction"), atol=1e-6)
+    np.testing.assert_allclose(values(induction["data"][1]["z"]), em.score_grid(at_init, "induction"), atol=1e-6)
 
 
 def test_run_view_step_slider_marks_the_curves(app):
@@ -358,11 +359,11 @@ def test_predict_view_top_k(app, explorer_runs):
     at = app(page="Predict", selected=["retrieval/retrieval-standard"])
     root = ex.open_root(explorer_runs["root"])
     task = ex.run_task(root, explorer_runs["standard"])
-    example = ex.eval_example(task, 0)
+    example = em.eval_example(task, 0)
     position = at.slider(key="pred_pos").value
-    assert position == ex.default_position(example)
+    assert position == em.default_position(example)
     top = table(at, "rank", "token_id", "probability")
-    expected = ex.top_k_next(ex.load_run_model(root, explorer_runs["standard"]), example.tokens, position,
+    expected = em.top_k_next(ex.load_run_model(root, explorer_runs["standard"]), example.tokens, position,
                              at.slider(key="pred_k").value, task)
     assert top["token"].tolist() == expected["token"].tolist()
     assert top["probability"].tolist() == pytest.approx(expected["probability"].tolist())

@@ -123,7 +123,7 @@ def test_grids_and_studies_share_one_set_of_defaults():
     same ones, TrainConfig's seed and learning rate among them."""
     from reproduce.preset import Study
     from training.sweep import build_grid, grid_defaults
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     defaults, train = grid_defaults(), TrainConfig()
     assert defaults["seeds"] == [train.seed] and defaults["lrs"] == [train.lr]
@@ -228,10 +228,12 @@ def test_one_component_vocabulary():
 
 
 def test_one_head_score_vocabulary():
-    """analysis.heads.HEAD_SCORES names every score column and every label; the explorer shows the same dict."""
+    """analysis.heads.HEAD_SCORES names every score column and every label; the explorer's Heads page shows that dict,
+    imported from where it lives."""
     from analysis import explore, heads
 
-    assert explore.HEAD_SCORES is heads.HEAD_SCORES
+    assert not hasattr(explore, "HEAD_SCORES")
+    assert "from analysis.heads import HEAD_SCORES" in (ROOT / "explorer" / "pages" / "heads.py").read_text()
     assert set(heads.HEAD_SCORES) == {*heads.SCORES, "copying"}
     assert set(heads.LABEL_THRESHOLDS) <= set(heads.HEAD_SCORES)
     assert not hasattr(heads, "LABEL_NAMES")
@@ -272,7 +274,7 @@ def test_the_command_line_restates_no_default():
 
     from analysis.analyze import AnalysisOptions
     from cli.main import build_parser
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     parser = build_parser()
     for cls, command, many in ((TrainConfig, "train", False), (TrainConfig, "sweep", True),
@@ -293,7 +295,7 @@ def test_typed_options_refuse_unknown_keys_naming_them():
     """docs/architecture.md, "Typed options": each from_dict refuses an unknown key with one line naming it."""
     from analysis.analyze import AnalysisOptions
     from reproduce.preset import Preset, Study
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     for cls, data in ((TrainConfig, {"bogus_key": 1}), (AnalysisOptions, {"bogus_key": 1}),
                       (Study, {"tasks": ["addition"], "bogus_key": 1}),
@@ -308,7 +310,7 @@ def test_caches_are_passed_explicitly():
     import inspect
 
     from training.tasks import get_task
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     assert inspect.signature(get_task).parameters["cache_dir"].kind is inspect.Parameter.KEYWORD_ONLY
     assert "cache_dir" in inspect.signature(TrainConfig.build_task).parameters
@@ -381,3 +383,36 @@ print(code, "transformer_lens" in sys.modules, "torch" in sys.modules)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "0 False False", done.stdout
+
+
+# --------------------------------------------------------------------------- names imported from where they live
+def _module_names(tree: ast.Module) -> tuple[set[str], list[str]]:
+    """The names a module defines at its top level (functions, classes, assignments), and its `__all__`."""
+    defined: set[str] = set()
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                exported = [e.value for e in node.value.elts]
+    return defined, exported
+
+
+def test_no_module_re_exports_a_name_it_does_not_define():
+    """docs/architecture.md: a name is imported from the module that defines it. A module's `__all__` lists only its
+    own names, and no import is kept for others to take from it; a package's `__init__.py` (its public face) is the
+    one place that gathers names."""
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "__init__.py":
+                continue
+            text = path.read_text()
+            defined, exported = _module_names(ast.parse(text))
+            offenders += [f"{path.relative_to(ROOT)}: __all__ lists {name}" for name in exported if name not in defined]
+            offenders += [f"{path.relative_to(ROOT)}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1)
+                          if "noqa: F401" in line and "export" in line]
+    assert not offenders, "\n".join(offenders)

@@ -52,7 +52,8 @@ def mixit(request, monkeypatch, capsys):
 def _stale_run(tmp: Path) -> Path:
     """A runs folder holding the smoke preset's first run trained with other settings (more steps)."""
     from reproduce.corpora import TextChoice
-    from reproduce.pipeline import load_preset, preset_runs
+    from reproduce.pipeline import preset_runs
+    from reproduce.preset import load_preset
 
     skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
     name, cfg = preset_runs(load_preset("smoke"), skipped)[0]
@@ -225,7 +226,7 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
     if "{tmp}/damaged" in " ".join(argv):  # a run cut short: its run.json half written, as a killed copy leaves it
         from training.sweep import run_name
-        from training.trainer import TrainConfig
+        from training.config import TrainConfig
 
         cfg = TrainConfig(task="addition", d_model=16, n_layers=1, n_heads=2, steps=2)
         for run in (tmp_path / "damaged" / "run", tmp_path / "damaged" / run_name(cfg)):

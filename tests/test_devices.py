@@ -15,7 +15,8 @@ import torch
 
 from models import VARIANTS, ModelConfig, build_model, load_model
 from training.precision import resolve_precision
-from training.trainer import TrainConfig, train
+from training.config import TrainConfig
+from training.trainer import train
 
 pytestmark = pytest.mark.device
 

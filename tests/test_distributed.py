@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from training.parallel import torchrun_command
-from training.trainer import TrainConfig, train
+from training.config import TrainConfig
+from training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 150  # long runs drift apart by float reduction order alone (1e-3 relative by step 250)
@@ -167,6 +168,7 @@ def test_nproc_must_divide_the_batch(tmp_path):
 
 def test_a_torchrun_run_opens_and_analyses_like_any_other(two_process_run, tmp_path):
     from analysis import explore as ex
+    from analysis import explore_model as em
     from analysis.analyze import analyze_checkpoint
 
     status, result = analyze_checkpoint(two_process_run / "checkpoint", tmp_path / "analysis",
@@ -179,4 +181,4 @@ def test_a_torchrun_run_opens_and_analyses_like_any_other(two_process_run, tmp_p
     assert len(ex.read_run_metrics(root, two_process_run)) == STEPS // 10
     model = ex.load_run_model(root, two_process_run)
     tokens = ex.run_task(root, two_process_run).eval_set(1)[0][0]
-    assert ex.attention_patterns(model, tokens).shape == (1, 4, len(tokens), len(tokens))
+    assert em.attention_patterns(model, tokens).shape == (1, 4, len(tokens), len(tokens))

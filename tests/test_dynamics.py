@@ -12,7 +12,8 @@ from analysis.dynamics import COLUMNS, checkpoint_dynamics
 from cli.main import main
 from models import ModelConfig, build_model
 from training.rundir import DYNAMICS_FILE, kept_checkpoints
-from training.trainer import TrainConfig, train
+from training.config import TrainConfig
+from training.trainer import train
 
 CFG = dict(task="khop", task_params={"hops": 1, "length": 8, "alphabet": 4}, variant="frozen_qk", d_model=16,
            n_layers=2, n_heads=2, steps=40, batch_size=16, eval_every=20, eval_samples=32)

@@ -149,7 +149,7 @@ def test_a_task_parameter_a_run_did_not_give_is_the_tasks_default(tmp_path):
 
 
 def test_the_paper_numbers_are_the_reports():
-    from reproduce.report import PAPER
+    from analysis.paper import PAPER
 
     assert PAPER_SENTIMENT == PAPER["sentiment"]
     assert PAPER_MEMORIZE_BITS == PAPER["memorize_bits"]

@@ -3,6 +3,8 @@ attention patterns, head scores, predictions and comparison tables, on the sessi
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from figures import FIGURE_NAMES, figures_for_group
 from analysis.heads import head_scores
 from models import load_model
@@ -82,18 +85,24 @@ def test_listing_is_cached_by_modification_time(explorer_runs, tmp_path, monkeyp
     assert again.set_index("run").loc["study/run1", "eval_acc"] == 0.123
 
 
-def test_two_hundred_runs_list_quickly(explorer_runs, tmp_path):
+def test_two_hundred_runs_are_listed_from_two_files_each_and_again_from_none(explorer_runs, tmp_path, monkeypatch):
     for i in range(200):
         _copy_run(explorer_runs["standard"], tmp_path / f"study{i % 4}" / f"run{i:03d}")
-    start = time.perf_counter()
+    opened: list[str] = []
+    real_open = io.open
+
+    def counted(file, *args, **kwargs):
+        opened.append(Path(file).name)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counted)
+    monkeypatch.setattr(builtins, "open", counted)
     runs = ex.list_runs(tmp_path)
-    first = time.perf_counter() - start
     assert len(runs) == 200 and (runs["status"] == "finished").all()
-    # Generous bounds: the point is a few files per run, not thousands (measured ~0.3 s and ~0.05 s).
-    assert first < 20
-    start = time.perf_counter()
+    assert sorted(set(opened)) == ["run.json", "summary.json"] and len(opened) == 400, sorted(set(opened))
+    opened.clear()
     ex.list_runs(tmp_path)
-    assert time.perf_counter() - start < 10
+    assert opened == []  # listed again from the cache: a stat per file, no read
 
 
 def test_unfinished_run_reports_progress_from_the_end_of_its_metrics(explorer_runs, tmp_path):
@@ -162,12 +171,12 @@ def test_model_and_eval_example(root, explorer_runs):
     task = ex.run_task(root, explorer_runs["standard"])
     assert task.name == "retrieval" and task.params["pairs"] == 3
     tokens, mask = task.eval_set(64)
-    example = ex.eval_example(task, 5)
+    example = em.eval_example(task, 5)
     assert torch.equal(example.tokens, tokens[5]) and example.answer == mask[5].tolist()
     assert example.labels == [task.vocab[i] for i in tokens[5].tolist()]
-    assert ex.default_position(example) == mask[5].tolist().index(True) - 1
+    assert em.default_position(example) == mask[5].tolist().index(True) - 1
     with pytest.raises(ValueError, match="index=64"):
-        ex.eval_example(task, 64)
+        em.eval_example(task, 64)
     assert model.cfg.n_ctx == task.seq_len
 
 
@@ -180,52 +189,52 @@ def test_truncated_checkpoint_fails_with_the_file_named(root, explorer_runs):
                                            ("1 99", "99 is outside the vocabulary"), (" ".join(["1"] * 40), "n_ctx")])
 def test_parse_token_ids_rejects_bad_input(text, message):
     with pytest.raises(ValueError, match=message):
-        ex.parse_token_ids(text, d_vocab=20, n_ctx=16)
+        em.parse_token_ids(text, d_vocab=20, n_ctx=16)
 
 
 def test_parse_token_ids():
-    assert ex.parse_token_ids(" 3, 1 4,1 ", d_vocab=5, n_ctx=8).tolist() == [3, 1, 4, 1]
+    assert em.parse_token_ids(" 3, 1 4,1 ", d_vocab=5, n_ctx=8).tolist() == [3, 1, 4, 1]
 
 
 def test_attention_patterns_are_the_hooked_patterns(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
-    tokens = ex.eval_example(ex.run_task(root, explorer_runs["standard"]), 0).tokens
-    patterns = ex.attention_patterns(model, tokens)
+    tokens = em.eval_example(ex.run_task(root, explorer_runs["standard"]), 0).tokens
+    patterns = em.attention_patterns(model, tokens)
     _, cache = model.run_with_cache(tokens[None])
     assert patterns.shape == (2, 2, len(tokens), len(tokens))
     for layer in range(2):
         np.testing.assert_allclose(patterns[layer], cache["pattern", layer][0].numpy(), atol=1e-6)
     np.testing.assert_allclose(patterns.sum(-1), 1.0, atol=1e-5)
-    assert ex.head_kinds(model) == [["softmax", "softmax"]] * 2
+    assert em.head_kinds(model) == [["softmax", "softmax"]] * 2
     frozen = ex.load_run_model(root, explorer_runs["frozen_qk"])
-    assert ex.head_kinds(frozen)[0][0] == "softmax, frozen Q/K"
+    assert em.head_kinds(frozen)[0][0] == "softmax, frozen Q/K"
 
 
 def test_head_kinds_name_what_a_grid_freezes_per_head():
     from models import ModelConfig, build_model
 
     model = build_model(ModelConfig(d_model=16, n_layers=2, n_heads=2, n_ctx=8, d_vocab=9, freeze=["q@0", "qk@1.h1"]))
-    assert ex.head_kinds(model) == [["softmax, frozen Q", "softmax, frozen Q"], ["softmax", "softmax, frozen Q/K"]]
+    assert em.head_kinds(model) == [["softmax, frozen Q", "softmax, frozen Q"], ["softmax", "softmax, frozen Q/K"]]
 
 
 def test_mixit_patterns_are_its_fixed_matrices(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["mixit"])
-    a = ex.attention_patterns(model, torch.tensor([1, 2, 3, 4, 5]))
-    b = ex.attention_patterns(model, torch.tensor([7, 7, 0, 2, 6]))
+    a = em.attention_patterns(model, torch.tensor([1, 2, 3, 4, 5]))
+    b = em.attention_patterns(model, torch.tensor([7, 7, 0, 2, 6]))
     np.testing.assert_array_equal(a, b)  # input-independent
     np.testing.assert_allclose(a[1], model.blocks[1].attn.mixing[:, :5, :5].numpy())
-    assert ex.is_fixed_attention(model)
-    assert ex.head_kinds(model)[0] == ["fixed sink (input-independent)", "fixed (input-independent)"]
-    assert ex.fixed_matrix_values(model) == 2 * 2 * model.cfg.n_ctx**2
+    assert em.is_fixed_attention(model)
+    assert em.head_kinds(model)[0] == ["fixed sink (input-independent)", "fixed (input-independent)"]
+    assert em.fixed_matrix_values(model) == 2 * 2 * model.cfg.n_ctx**2
 
 
 def test_mixit_without_sink_heads_has_no_sink_label(tiny_cfg):
     from models import build_model
 
-    assert ex.head_kinds(build_model(tiny_cfg("mixit")))[1][0] == "fixed sink (input-independent)"
+    assert em.head_kinds(build_model(tiny_cfg("mixit")))[1][0] == "fixed sink (input-independent)"
     plain = build_model(tiny_cfg("mixit", sink_head=False))
-    assert not ex.has_sink_head(plain)
-    assert ex.head_kinds(plain) == [["fixed (input-independent)"] * 4] * 2
+    assert not em.has_sink_head(plain)
+    assert em.head_kinds(plain) == [["fixed (input-independent)"] * 4] * 2
 
 
 def test_text_run_takes_typed_text_and_never_needs_its_corpus(root, explorer_runs, tmp_path):
@@ -235,15 +244,15 @@ def test_text_run_takes_typed_text_and_never_needs_its_corpus(root, explorer_run
     try:
         assert ex.run_task(root, explorer_runs["lm"]) is None
         model = ex.load_run_model(root, explorer_runs["lm"])
-        example = ex.text_example(model, "the fox\n")
+        example = em.text_example(model, "the fox\n")
         assert example.labels[0] == "<|endoftext|>" and example.labels[-1] == "\\n" and "␣" in example.labels
         assert example.tokens.tolist() == model.to_tokens("the fox\n")[0].tolist()
-        assert ex.attention_patterns(model, example.tokens).shape[-1] == len(example.labels)
+        assert em.attention_patterns(model, example.tokens).shape[-1] == len(example.labels)
     finally:
         shutil.move(moved, corpus)
     algorithmic = ex.load_run_model(root, explorer_runs["standard"])
     with pytest.raises(ValueError, match="no tokenizer"):
-        ex.text_example(algorithmic, "hello")
+        em.text_example(algorithmic, "hello")
 
 
 # --------------------------------------------------------------------------- heads
@@ -253,13 +262,13 @@ def test_head_tables_stored_or_computed(root, explorer_runs):
     assert chance["induction"] > 0
     assert ex.stored_head_table(root, explorer_runs["mixit"]) is None
     model = ex.load_run_model(root, explorer_runs["mixit"])
-    computed, _ = ex.compute_head_table(model, n_seqs=4, seq_len=4)
+    computed, _ = em.compute_head_table(model, n_seqs=4, seq_len=4)
     pd.testing.assert_frame_equal(computed, head_scores(model, n_seqs=4, seq_len=4).frame())
-    grid = ex.score_grid(computed, "first_token")
+    grid = em.score_grid(computed, "first_token")
     assert grid.shape == (2, 2)
     assert grid[1, 0] == computed.query("layer == 1 and head == 0")["first_token"].item()
-    with pytest.raises(ex.NoHeadScores, match="n_ctx=3"):
-        ex.compute_head_table(ex.load_run_model(root, explorer_runs["memorize"]))
+    with pytest.raises(em.NoHeadScores, match="n_ctx=3"):
+        em.compute_head_table(ex.load_run_model(root, explorer_runs["memorize"]))
     assert not list((explorer_runs["mixit"]).glob("analysis*"))  # computing wrote nothing
 
 
@@ -269,11 +278,11 @@ def test_component_tables_stored_or_computed(root, explorer_runs):
     pd.testing.assert_frame_equal(stored, pd.read_csv(explorer_runs["standard"] / "analysis" / "components.csv"))
     computed, where = ex.components_table(root, explorer_runs["mixit"])
     assert where == "computed now on 64 eval rows"
-    grid = ex.component_grid(computed, "mean_delta_accuracy")
+    grid = em.component_grid(computed, "mean_delta_accuracy")
     assert grid.shape == (2, 2)  # attention and MLP x 2 layers
     mlp1 = computed[(computed["component"] == "mlp") & (computed["layer"] == 1)]["mean_delta_accuracy"].item()
     assert grid[1, 1] == mlp1
-    shares = ex.head_share_grid(computed)
+    shares = em.head_share_grid(computed)
     assert shares.shape == (2, 2) and shares[0, 1] == computed.query("component == 'head' and layer == 0 and head == 1")["share"].item()
     with pytest.raises(ValueError, match="text tasks"):
         ex.components_table(root, explorer_runs["lm"])
@@ -282,38 +291,38 @@ def test_component_tables_stored_or_computed(root, explorer_runs):
 
 def test_repeated_pattern(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
-    tokens, pattern = ex.repeated_pattern(model, 1, 0, seq_len=4)
+    tokens, pattern = em.repeated_pattern(model, 1, 0, seq_len=4)
     assert tokens[:4].tolist() == tokens[4:].tolist()
-    np.testing.assert_allclose(pattern, ex.attention_patterns(model, tokens)[1, 0])
+    np.testing.assert_allclose(pattern, em.attention_patterns(model, tokens)[1, 0])
     with pytest.raises(ValueError, match="L2H0"):
-        ex.repeated_pattern(model, 2, 0, seq_len=4)
+        em.repeated_pattern(model, 2, 0, seq_len=4)
 
 
 # --------------------------------------------------------------------------- predictions, parameters, comparisons
 def test_top_k_next_matches_the_logits(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
     task = ex.run_task(root, explorer_runs["standard"])
-    tokens = ex.eval_example(task, 0).tokens
-    top = ex.top_k_next(model, tokens, 3, k=4, task=task)
+    tokens = em.eval_example(task, 0).tokens
+    top = em.top_k_next(model, tokens, 3, k=4, task=task)
     probs = model(tokens[None])[0, 3].softmax(-1)
     assert top["token_id"].tolist() == probs.topk(4).indices.tolist()
     np.testing.assert_allclose(top["probability"], probs.topk(4).values.detach().numpy(), rtol=1e-5)
     assert top["token"].tolist() == [task.vocab[i] for i in top["token_id"]]
-    assert len(ex.top_k_next(model, tokens, 3, k=10_000)) == model.cfg.d_vocab
-    p, rank = ex.next_token_probability(model, tokens, 3, top["token_id"][1])
+    assert len(em.top_k_next(model, tokens, 3, k=10_000)) == model.cfg.d_vocab
+    p, rank = em.next_token_probability(model, tokens, 3, top["token_id"][1])
     assert rank == 2 and p == pytest.approx(top["probability"][1], rel=1e-5)
 
 
 def test_class_probabilities(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["sentiment"])
-    tokens = ex.text_example(model, "great food").tokens
-    probs = ex.class_probabilities(model, tokens, ex.run_classes(root, explorer_runs["sentiment"]))
+    tokens = em.text_example(model, "great food").tokens
+    probs = em.class_probabilities(model, tokens, ex.run_classes(root, explorer_runs["sentiment"]))
     assert probs["class"].tolist() == ["0", "1"] and probs["probability"].sum() == pytest.approx(1.0)
 
 
 def test_parameter_table_adds_up(root, explorer_runs):
     model = load_model(explorer_runs["frozen_qk"])
-    table = ex.parameter_table(model)
+    table = em.parameter_table(model)
     counts = model.parameter_counts()
     assert table["trainable"].sum() == counts["trainable"] and table["frozen"].sum() == counts["frozen"]
     assert table.set_index("component").loc["qk", "trainable"] == 0

@@ -14,7 +14,6 @@ from cli.main import main
 from models import ModelConfig, build_model, load_model
 from models.config import grid_label, grid_name
 from training.sweep import build_grid, variant_entry
-from training.trainer import TrainConfig, train
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)
 

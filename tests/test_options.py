@@ -132,7 +132,8 @@ def test_a_sweep_field_no_model_uses_is_refused_but_one_some_use_is_kept(tmp_pat
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "reproduce" / "presets").glob("*.yaml")))
 def test_every_preset_and_example_grid_still_validates(preset):
     from reproduce.corpora import TextChoice
-    from reproduce.pipeline import load_preset, preset_runs
+    from reproduce.pipeline import preset_runs
+    from reproduce.preset import load_preset
     from reproduce.preset import TEXT_KINDS
     from training.sweep import build_grid
 
@@ -197,7 +198,7 @@ def test_a_field_its_model_does_not_use_is_no_difference_between_two_runs(tmp_pa
     # Presets once recorded a shared residual_scale on standard runs; grids now leave it out. Either way the same
     # model: a run recorded with it resumes under a config without it, and a real change is still a difference.
     from training import TrainConfig, train
-    from training.trainer import settings_differences
+    from training.settings import settings_differences
 
     base = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=2,
                 batch_size=8, eval_every=2, eval_samples=16, device="cpu")

@@ -54,7 +54,7 @@ def test_a_ray_sweep_trains_the_runs_the_pool_trains(tmp_path):
 def test_a_failed_ray_run_is_a_row_and_the_others_finish(tmp_path):
     pytest.importorskip("ray")
     from training.sweep import Executor, run_sweep
-    from training.trainer import TrainConfig
+    from training.config import TrainConfig
 
     base = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=20,
                 batch_size=16, eval_every=20, eval_samples=64)

@@ -25,7 +25,7 @@ from models import load_model
 from training import TrainConfig, train
 from training.rundir import RunLocked, find_checkpoint, run_lock
 from training.sweep import run_sweep
-from training.trainer import SettingsChanged
+from training.settings import SettingsChanged
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
             lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
@@ -474,7 +474,7 @@ def _killed_on_three(x):
 
 @pytest.mark.slow  # worker processes
 def test_a_killed_pool_worker_fails_its_job_and_the_others_finish():
-    from training.sweep import WorkerDied, pool_map
+    from training.pool import WorkerDied, pool_map
 
     got = list(pool_map(_killed_on_three, list(range(6)), 2, failed=lambda job, error: (job, error)))
     assert sorted(r for r in got if isinstance(r, int)) == [0, 10, 20, 40, 50]

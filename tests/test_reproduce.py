@@ -14,8 +14,11 @@ import pytest
 
 from models import ModelConfig
 from reproduce.corpora import TextChoice, choose_text
-from reproduce.pipeline import check_not_stale, load_preset, preset_names, preset_runs
-from reproduce.report import INDUCTION_COLUMNS, build_tables, check_findings, corpus_line
+from reproduce.pipeline import check_not_stale, preset_runs
+from reproduce.preset import load_preset, preset_names
+from reproduce.report import corpus_line
+from reproduce.tables import INDUCTION_COLUMNS, build_tables
+from reproduce.verdicts import check_findings
 from training import TrainConfig
 
 from conftest import ROOT
@@ -391,7 +394,7 @@ def test_a_stuck_seed_leaves_the_retrieval_verdict_undecided_and_is_named(tmp_pa
         for seed, acc in enumerate(accs):
             rows.append({"task": "retrieval", "task_label": "retrieval(pairs=8)", "variant": v, "seed": seed,
                          "eval_acc": acc})
-    from reproduce.report import accuracy_stats
+    from reproduce.selection import accuracy_stats
 
     acc = accuracy_stats(pd.DataFrame(rows), ["variant", "task_label"]).set_index("variant")
     assert acc.loc["standard", "acc"] == pytest.approx(77.47, abs=0.01) and acc.loc["standard", "median"] == 100.0
@@ -415,7 +418,7 @@ def _memorize_tables(bpp=PAPER_BPP, accuracy=0.6, growth=0.05, override=None, se
     """Two dataset sizes (n = 48, 96) per variant: the largest stores bpp * params bits at `accuracy`, the
     next smaller (1 - growth) times as many. `override` {(variant, n): {column: value}} edits rows; with
     several seeds, seed i's bits per parameter move by (i - mean) * spread."""
-    from reproduce.report import memorize_regimes
+    from reproduce.tables import memorize_regimes
 
     rows = []
     for seed in seeds:
@@ -640,7 +643,7 @@ def _dyck(standard, mixit):
 
 
 def test_each_verdict_category_both_ways():
-    from reproduce.report import check_findings as check
+    from reproduce.verdicts import check_findings as check
 
     def verdict(ours, theirs):
         return check(ours, theirs)[2]
@@ -665,7 +668,7 @@ def test_each_verdict_category_both_ways():
 
 
 def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreement():
-    from reproduce.report import check_findings as check
+    from reproduce.verdicts import check_findings as check
 
     ours = _dyck(90.5, 66.0)
     ours["table3_tasks"] = pd.concat([ours["table3_tasks"], pd.DataFrame([
@@ -737,7 +740,7 @@ def test_thresholds_are_named_data_and_the_criterion_is_generated_from_them():
     from dataclasses import fields, replace
 
     from reproduce.findings import AlgorithmicFinding, InductionFinding
-    from reproduce.report import FINDINGS
+    from reproduce.findings import FINDINGS
 
     assert [f.title for f in FINDINGS][0] == "Retrieval needs learned attention (Table 1)" and len(FINDINGS) == 7
     three = FINDINGS[2]
@@ -761,7 +764,7 @@ def overall_of(finding, tables):
 
 
 def test_every_claim_is_one_of_its_findings_parts():
-    from reproduce.report import FINDINGS
+    from reproduce.findings import FINDINGS
 
     examples = [_tables(table1_retrieval=pd.DataFrame([_acc("retrieval(pairs=8)", v, _seeds(90.0))
                                                        for v in ("standard", "frozen_mlp", "frozen_qk", "mixit")])),
@@ -785,7 +788,7 @@ def _fake_run(root, study, name, variant, task, params, acc, seed=0, **sizes):
 
 def test_the_reference_counts_only_at_our_settings(tmp_path):
     from reproduce.reference import reference_runs
-    from reproduce.report import reference_tables
+    from reproduce.tables import reference_tables
     from analysis.runs import load_runs
 
     dyck = {"max_pairs": 8}
@@ -1161,7 +1164,7 @@ def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
 def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
     # A tuned study trains every rate once; the verdict's "authors' code, same settings" must be at the rate chosen
     # for each variant, not at a rate of the grid that lost (their mixit at 3e-3 when ours was chosen at 1e-2).
-    from reproduce.report import reference_tables
+    from reproduce.tables import reference_tables
     from analysis.runs import load_runs
 
     dyck = {"max_pairs": 8}
@@ -1181,7 +1184,7 @@ def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
 def test_the_reference_never_borrows_another_studys_runs(tmp_path):
     # Our Table 3 memorize item (width 64, group algorithmic) has no reference; the authors' memorization-study
     # records (width 16, group memorize) must not stand in for it, as our own tables' fallback would do.
-    from reproduce.report import reference_tables
+    from reproduce.tables import reference_tables
 
     _fake_run(tmp_path, "algorithmic", "m", "standard", "memorize", {"n": 48, "d": 2}, 1.0)
     _fake_run(tmp_path, "memorize", "m16", "standard", "memorize", {"n": 128, "d": 2}, 0.2, d_model=16)

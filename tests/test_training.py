@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 import training.trainer as trainer_mod
-from training.trainer import check_same_settings
+from training.settings import check_same_settings
 from models import load_model
 from training import TrainConfig, TrainingDiverged, evaluate, train
 from cli.main import main
@@ -116,7 +116,7 @@ def test_bf16_precision_trains_like_fp32_and_is_recorded(tmp_path):
 
 
 def test_precision_is_checked():
-    from training.trainer import resolve_precision
+    from training.precision import resolve_precision
 
     with pytest.raises(ValueError, match="precision='half' is not one of: auto, fp32, bf16"):
         TrainConfig(precision="half")

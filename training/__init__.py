@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     from .config import TrainConfig
     from .run import Run, load_run, run_task
     from .tasks import TASKS, Task, TrainStream, get_task, register_task
-    from .trainer import TrainingDiverged, evaluate, train
+    from .loss import evaluate
+    from .trainer import TrainingDiverged, train
 
 _WHERE = {"TrainConfig": "config", "Run": "run", "load_run": "run", "run_task": "run", "TASKS": "tasks", "Task": "tasks",
           "TrainStream": "tasks", "get_task": "tasks", "register_task": "tasks", "TrainingDiverged": "trainer",
-          "evaluate": "trainer", "train": "trainer"}
+          "evaluate": "loss", "train": "trainer"}
 __all__ = sorted(_WHERE)
 
 

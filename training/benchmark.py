@@ -22,7 +22,8 @@ import torch
 
 from models import VARIANTS, ModelConfig, build_model
 
-from .trainer import autocast_for, pick_device
+from .machine import pick_device
+from .precision import autocast_for
 
 COLUMNS = [
     "variant", "params_trainable", "params_frozen", "step_ms", "tokens_per_s", "ms_per_sample",

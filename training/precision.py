@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
+from models.files import read_json, write_json
+
 from .config import PRECISIONS
-from .rundir import read_json, write_json
 
 # "fast" picks bf16 autocast on a CPU only where this machine's bf16 matmuls beat fp32 by this factor
 # (cpu_bf16_speedup): on an AMD EPYC with avx512_bf16 they ran 2-5x fp32, on an Intel Xeon without AMX

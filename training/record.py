@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from models.config import ModelConfig
+from models.files import read_json
 
 from .config import TrainConfig
-from .rundir import ANALYSIS_DIR, ANALYSIS_FILE, SUMMARY_FILE, read_json, read_run_info, unfinished_status
+from .rundir import ANALYSIS_DIR, ANALYSIS_FILE, SUMMARY_FILE, read_run_info, unfinished_status
 from .runinfo import Provenance, RunInfo, TaskInfo
 
 __all__ = ["RunRecord", "SUMMARY_METRICS", "analysis_summary", "judged_by_loss", "read_analysis", "read_run_record"]

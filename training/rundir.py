@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import pandas as pd
 
 from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, WEIGHTS_FILE
-from models.files import atomic_directory, atomic_file, read_json, write_json, write_text
+from models.files import atomic_file, read_json, write_text
 from models.tokenizer import TOKENIZER_FILE
 
 from .runinfo import RunInfo
@@ -90,10 +90,10 @@ class RunDamaged(ValueError):
 
 __all__ = [
     "LOCK_FILE", "RunDamaged", "RunLocked", "run_lock", "is_empty_run_dir", "ANALYSIS_DIR", "ANALYSIS_FILE", "CHECKPOINT_DIR", "CHECKPOINT_FILES", "CheckpointRef", "DATA_CACHE_DIR", "DYNAMICS_FILE", "KEPT_DIR", "MANIFEST",
-    "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "RunInfo", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
-    "SUMMARY_FILE", "SWEEP_FILE", "TUNING_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "atomic_directory", "atomic_file", "find_checkpoint", "find_runs", "group_of",
-    "is_finished", "is_run_dir", "read_json", "read_metric_records", "read_run_info", "read_summary",
-    "truncate_metrics", "UNFINISHED", "lock_holder", "unfinished_status", "what_it_holds", "write_json", "write_runs_table", "write_text",
+    "LAST_STUDY_FILE", "METRICS_FILE", "REPORT_FILE", "RUNS_SUMMARY", "RUN_FILE", "SIGNAL_FILE", "SPEED_FILE", "STATE_JSON", "STATE_TENSORS",
+    "SUMMARY_FILE", "SWEEP_FILE", "TUNING_FILE", "append_metrics", "kept_checkpoint_dir", "kept_checkpoints", "find_checkpoint", "find_runs", "group_of",
+    "is_finished", "is_run_dir", "read_metric_records", "read_run_info", "read_summary",
+    "truncate_metrics", "UNFINISHED", "lock_holder", "unfinished_status", "what_it_holds", "write_runs_table",
 ]
 
 

@@ -8,7 +8,7 @@
 
 run.json holds the train config (TrainConfig fields), the model config, the task (its name, the import path of
 its class, every parameter resolved, and for text tasks the fingerprint of its data) and the provenance of the
-command that trained it (training.trainer.provenance). `RunInfo.from_dict` is the one parser of that content;
+command that trained it (training.provenance.provenance). `RunInfo.from_dict` is the one parser of that content;
 `training.rundir.read_run_info` the one function that opens the file. Unknown keys are refused, so a field
 renamed in one place and not the other is found at once.
 
@@ -58,7 +58,7 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where and how a run was trained (training.trainer.provenance); None where run.json does not say."""
+    """Where and how a run was trained (training.provenance.provenance); None where run.json does not say."""
 
     command: str | None = None
     git_commit: str | None = None

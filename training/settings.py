@@ -13,9 +13,8 @@ from typing import Any
 from models import ModelConfig
 from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, read_config
 
+from .config import TrainConfig
 from .rundir import RUN_FILE, RunDamaged, is_run_dir, read_run_info
-
-# The configs compared are training.trainer.TrainConfig's, typed `Any` here: this module sits below the trainer.
 
 class SettingsChanged(ValueError):
     """A run directory holds a run trained with other settings than those asked for."""
@@ -25,7 +24,7 @@ class SettingsChanged(ValueError):
 IGNORED_SETTINGS = ("device", "compile", "keep_checkpoints", "micro_batch_size")
 
 
-def settings_differences(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]]:
+def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[str, Any, Any]]:
     """(setting, value in the run, value in cfg) for each setting in which cfg differs from the run in
     run_dir; none if it holds no run. Device and torch.compile may differ (resuming elsewhere is fine)."""
     if not is_run_dir(run_dir):
@@ -84,7 +83,7 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "model_extra": {k: v for k, v in extra.items() if k not in unused}}
 
 
-def check_same_settings(run_dir: str | Path, cfg: Any) -> None:
+def check_same_settings(run_dir: str | Path, cfg: TrainConfig) -> None:
     """SettingsChanged, listing every difference, if run_dir holds a run trained with other settings."""
     diff = settings_differences(run_dir, cfg)
     if diff:

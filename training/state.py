@@ -14,9 +14,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
 from models.checkpoint import CheckpointError
-from models.files import write_safetensors
+from models.files import read_json, write_json, write_safetensors
 
-from .rundir import STATE_JSON, STATE_TENSORS, read_json, write_json
+from .rundir import STATE_JSON, STATE_TENSORS
 from .tasks import TrainStream
 
 

@@ -36,13 +36,14 @@ from tqdm.auto import tqdm
 
 from models import VARIANTS, ModelConfig
 from models.config import check_grid_models, grid_extra, grid_name
-from models.files import as_list, load_yaml
+from models.files import as_list, load_yaml, write_text
 
-from .pool import WorkerDied, _set_threads, one_line_warnings, pool_map, threads_per_worker  # noqa: F401 (re-exported)
-from .rundir import (RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table,
-                     write_text)
+from .config import TrainConfig
+from .pool import _set_threads, pool_map
+from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table
+from .settings import check_same_settings
 from .tasks import BUILTIN_TASKS, TASKS, is_import_path, load_task_class, register_task, task_import_path
-from .trainer import TrainConfig, check_same_settings, train
+from .trainer import train
 
 Run = tuple[str, TrainConfig]
 

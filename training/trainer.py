@@ -30,37 +30,29 @@ from tqdm.auto import tqdm
 
 from models import ModelConfig, build_model
 from models.checkpoint import write_model_files
-from models.files import recover_directory, remove_leftovers
+from models.files import atomic_directory, recover_directory, remove_leftovers, write_json, write_text
 from models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from models.transformer import derive_seed
 
-from .machine import KEPT_MALLOC_SETTINGS, keep_freed_memory, pick_device
-from .config import PRECISIONS, TrainConfig
-from .loss import SummedLoss, evaluate, masked_logits, masked_loss, scored_count, task_loss
-from .optim import build_optimizer, first_step_options, resolved_warmup
+from .config import TrainConfig
+from .loss import SummedLoss, evaluate, scored_count, task_loss
+from .machine import keep_freed_memory, pick_device
+from .optim import build_optimizer, first_step_options
 from .parallel import Ranks, ddp_options, local_device
-from .precision import (
-    BF16_MIN_SPEEDUP, autocast_for, cpu_bf16_speedup, cpu_has_bf16, resolve_precision, warn_if_emulated,
-)
+from .precision import autocast_for, resolve_precision, warn_if_emulated
 from .provenance import provenance
 from .rundir import (
     CHECKPOINT_DIR, DATA_CACHE_DIR, METRICS_FILE, RUN_FILE, STATE_JSON, SUMMARY_FILE, append_metrics,
-    atomic_directory, is_empty_run_dir, is_finished, kept_checkpoint_dir, read_run_info,
-    read_summary, run_lock, truncate_metrics, what_it_holds, write_json, write_text,
+    is_empty_run_dir, is_finished, kept_checkpoint_dir, read_run_info, read_summary, run_lock, truncate_metrics,
+    what_it_holds,
 )
-from .settings import IGNORED_SETTINGS, SettingsChanged, check_same_settings, settings_differences
+from .settings import SettingsChanged, check_same_settings
 from .state import has_trainer_state, load_trainer_state, save_trainer_state, saved_step
 from .tasks import Task, TrainStream, attach_tokenizer, task_record
 from .trackers import open_tracker
 
-__all__ = [  # this module's own names, then those re-exported from the modules above
-    "TrainingDiverged", "TrainConfig", "SettingsChanged", "IGNORED_SETTINGS", "train", "settings_differences",
-    "check_same_settings",
-    "PRECISIONS", "BF16_MIN_SPEEDUP", "resolve_precision", "autocast_for", "cpu_bf16_speedup", "cpu_has_bf16",
-    "pick_device", "keep_freed_memory", "KEPT_MALLOC_SETTINGS", "build_optimizer", "resolved_warmup",
-    "masked_logits", "masked_loss", "task_loss", "scored_count", "SummedLoss", "evaluate", "provenance",
-]
+__all__ = ["TrainingDiverged", "train"]
 
 class TrainingDiverged(RuntimeError):
     """The loss or gradient became non-finite; the last good checkpoint is kept."""

@@ -5,18 +5,19 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from explorer import ui
 from explorer.heatmaps import pattern_colors, pattern_figure, pattern_grid
 
 
 def fixed_note(model) -> None:
     """Say which patterns are MixiT's fixed matrices (the same for any input)."""
-    if ex.is_fixed_attention(model):
+    if em.is_fixed_attention(model):
         sink = ("; head 0 of each layer is the sink head (half on the token itself, half on the first token)"
-                if ex.has_sink_head(model) else "")
+                if em.has_sink_head(model) else "")
         st.info(f"MixiT: every pattern is a fixed random matrix (input-independent), the same for any input{sink}.")
-    elif ex.fixed_layers(model):
-        fixed = ", ".join(str(layer) for layer in ex.fixed_layers(model))
+    elif em.fixed_layers(model):
+        fixed = ", ".join(str(layer) for layer in em.fixed_layers(model))
         st.info(f"Layer(s) {fixed}: fixed random matrices (input-independent), the same for any input; the other "
                 "layers' patterns depend on the input.")
 
@@ -31,7 +32,7 @@ def main() -> None:
     row, model, _, example = chosen
     stamp = ex.checkpoint_stamp(found.root, row["path"])
     patterns = ui.cached_patterns(str(found.root), row["path"], stamp, tuple(example.tokens.tolist()))
-    kinds = ex.head_kinds(model)
+    kinds = em.head_kinds(model)
     fixed_note(model)
     st.caption("Every layer x head (rows = query position, columns = key position); hover for tokens and weights.")
     st.plotly_chart(pattern_grid(patterns, example.labels, kinds), key="attn_grid")

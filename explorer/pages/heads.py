@@ -12,6 +12,8 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from analysis import explore as ex
+from analysis import explore_model as em
+from analysis.heads import HEAD_SCORES
 from explorer import ui
 from explorer.heatmaps import cell_text, layer_head_grids, layer_head_trace, pattern_figure, score_range
 
@@ -21,7 +23,7 @@ Tables = dict[str, tuple[pd.DataFrame, dict, str, int | None]]  # run: (heads, c
 @st.cache_data(max_entries=64, show_spinner=False)
 def computed_head_table(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, dict]:
     """Head scores computed now on repeated random sequences."""
-    return ex.compute_head_table(ui.cached_model(root, run_dir, stamp, step))
+    return em.compute_head_table(ui.cached_model(root, run_dir, stamp, step))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -49,7 +51,7 @@ def head_table(root: Path, row: pd.Series, step: int | None = None) -> tuple[pd.
             return stored[0], stored[1], where, n_seqs
     df, chance = computed_head_table(str(root), row["path"], ex.checkpoint_stamp(root, row["path"], step), step)
     where = "the final checkpoint" if step is None else f"the checkpoint kept at step {step}"
-    return df, chance, f"computed now on {ex.SHOWN_HEAD_SEQS} repeated random sequences, {where}", ex.SHOWN_HEAD_SEQS
+    return df, chance, f"computed now on {em.SHOWN_HEAD_SEQS} repeated random sequences, {where}", em.SHOWN_HEAD_SEQS
 
 
 def step_choice(root: Path, rows: list[pd.Series], key: str) -> int | None:
@@ -89,7 +91,7 @@ def score_tables(root: Path, rows: dict[str, pd.Series], step: int | None) -> tu
         try:
             with st.spinner(f"Head scores of {run}..."):
                 tables[run] = head_table(root, row, steps[run])
-        except ex.NoHeadScores as e:  # a context too short for repeated sequences: nothing is wrong
+        except em.NoHeadScores as e:  # a context too short for repeated sequences: nothing is wrong
             st.info(f"No head scores for {ui.plain(run)}: {ui.plain(e)}")
         except Exception as e:  # a broken checkpoint: an error on this run only
             st.error(f"No head scores for {ui.plain(run)}: {ui.plain(e)}")
@@ -99,17 +101,17 @@ def score_tables(root: Path, rows: dict[str, pd.Series], step: int | None) -> tu
 def score_heatmaps(runs: pd.DataFrame, tables: Tables, scores: list[str]) -> None:
     """One figure per score: the runs' layer x head grids side by side on one colour scale."""
     for run, (_, chance, source, _) in tables.items():
-        chance_text = ", ".join(f"{ex.HEAD_SCORES.get(k, k)} {v:.3f}" for k, v in chance.items() if k in scores)
+        chance_text = ", ".join(f"{HEAD_SCORES.get(k, k)} {v:.3f}" for k, v in chance.items() if k in scores)
         st.caption(f"`{run}`: {source}" + (f"; chance: {chance_text}" if chance_text else ""))
     if len({n_seqs for *_, n_seqs in tables.values()}) > 1:
         st.caption("The runs' scores come from different numbers of sequences (above) and share one colour scale: "
                    "a difference of a few hundredths between them may be sampling, not the heads.")
     for score in scores:
-        grids = {run: ex.score_grid(df, score) for run, (df, *_) in tables.items() if score in df}
+        grids = {run: em.score_grid(df, score) for run, (df, *_) in tables.items() if score in df}
         if grids:
             scale, lo, hi = score_range(score, grids)
             st.plotly_chart(layer_head_grids(grids, [ui.short_title(runs, r) for r in grids], score,
-                                             f"{ex.HEAD_SCORES[score]} score (one colour scale for all runs)",
+                                             f"{HEAD_SCORES[score]} score (one colour scale for all runs)",
                                              scale, lo, hi), key=f"heads_{score}")
 
 
@@ -136,7 +138,7 @@ def patching_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | No
     patchable = {run: step for run, step in chosen.items()
                  if ex.can_patch_run(root, runs[runs["run"] == run].iloc[0]["path"])}
     tables, notes = per_run_tables(root, runs, patchable, computed_patching, "patching")
-    grids = {run: ex.patching_grid(table) for run, table in tables.items()}
+    grids = {run: em.patching_grid(table) for run, table in tables.items()}
     if not grids:
         return
     st.subheader("Activation patching: which heads carry the answer")
@@ -156,20 +158,20 @@ def components_figure(runs: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> go
     titles = [title for run in tables for title in (f"{ui.short_title(runs, run)}<br>ablation", "head share")]
     fig = make_subplots(rows=1, cols=2 * len(tables), subplot_titles=titles, horizontal_spacing=0.05)
     for i, (run, table) in enumerate(tables.items()):
-        drop = -100 * ex.component_grid(table, "mean_delta_accuracy")
+        drop = -100 * em.component_grid(table, "mean_delta_accuracy")
         fig.add_trace(go.Heatmap(
             z=drop, x=[f"L{layer}" for layer in range(drop.shape[1])], y=["attention", "MLP"], coloraxis="coloraxis",
             text=cell_text(drop, "{:.0f}"), texttemplate="%{text}",
             hovertemplate=f"{run}<br>%{{y}} %{{x}}<br>accuracy lost %{{z:.1f}} points<extra></extra>"),
             row=1, col=2 * i + 1)
-        fig.add_trace(layer_head_trace(ex.head_share_grid(table), run, "share", "coloraxis2"), row=1, col=2 * i + 2)
+        fig.add_trace(layer_head_trace(em.head_share_grid(table), run, "share", "coloraxis2"), row=1, col=2 * i + 2)
         fig.update_yaxes(autorange="reversed", dtick=1, row=1, col=2 * i + 2)
     fig.update_layout(title="who does the work: accuracy lost by mean ablation, and each head's direct share",
                       coloraxis=dict(colorscale="Viridis", cmin=0, cmax=100,
                                      colorbar=dict(x=1.0, len=0.45, y=0.75, title="points")),
                       coloraxis2=dict(colorscale="RdBu_r", cmin=-1, cmax=1,
                                       colorbar=dict(x=1.0, len=0.45, y=0.2, title="share")),
-                      height=160 + 50 * max(ex.head_share_grid(t).shape[0] for t in tables.values()),
+                      height=160 + 50 * max(em.head_share_grid(t).shape[0] for t in tables.values()),
                       margin=dict(t=130, l=10, r=10, b=10))
     fig.update_annotations(font_size=10)
     return fig
@@ -205,8 +207,8 @@ def repeated_tokens(root: Path, runs: pd.DataFrame, tables: Tables) -> None:
     head = c2.selectbox("Head", list(range(model.cfg.n_heads)), key="heads_rep_head")
     max_len = model.cfg.n_ctx // 2
     seq_len = c3.slider("Length of r", 2, max_len, min(16, max_len), key="heads_rep_len") if max_len > 2 else 2
-    tokens, pattern = ex.repeated_pattern(model, layer, head, seq_len)
-    kind = ex.head_kinds(model)[layer][head]
+    tokens, pattern = em.repeated_pattern(model, layer, head, seq_len)
+    kind = em.head_kinds(model)[layer][head]
     st.caption("The sequence is r then r again: an induction head attends to the token after the earlier copy of the "
                "current token (the stripe one step right of the offset diagonal); a previous-token head to the "
                "diagonal just below the main one; a sink head to column 0.")
@@ -226,9 +228,9 @@ def main() -> None:
     options = list(pool["run"]) + [r for r in ui.selected_ids(runs) if r not in set(pool["run"])]
     chosen = st.multiselect("Runs, side by side", options, default=default_head_runs(runs, pool, options),
                             key="heads_runs")
-    scores = st.multiselect("Scores", list(ex.HEAD_SCORES), default=["induction", "previous_token", "first_token",
+    scores = st.multiselect("Scores", list(HEAD_SCORES), default=["induction", "previous_token", "first_token",
                                                                      "copying"],
-                            format_func=ex.HEAD_SCORES.get, key="heads_scores")
+                            format_func=HEAD_SCORES.get, key="heads_scores")
     rows = {run: runs[runs["run"] == run].iloc[0] for run in chosen}
     step = step_choice(root, [r for r in rows.values() if r["status"] != "corrupt"], "heads_step")
     tables, steps = score_tables(root, rows, step)

@@ -6,12 +6,13 @@ import plotly.express as px
 import streamlit as st
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from explorer import ui
 
 
 def classes(root, row, model, example) -> None:
     """A classifier's probability for each class."""
-    probs = ex.class_probabilities(model, example.tokens, ex.run_classes(root, row["path"]))
+    probs = em.class_probabilities(model, example.tokens, ex.run_classes(root, row["path"]))
     st.dataframe(probs, hide_index=True, key="pred_classes")
     fig = px.bar(probs, x="class", y="probability", range_y=[0, 1], title="class probabilities")
     fig.update_xaxes(type="category")
@@ -22,14 +23,14 @@ def next_tokens(model, task, example) -> None:
     """The top-k next tokens after a chosen position, and where the actual next token ranks."""
     n = int(example.tokens.shape[0])
     c1, c2 = st.columns(2)
-    position = c1.slider("Predict the token after position", 0, n - 1, ex.default_position(example), key="pred_pos") \
+    position = c1.slider("Predict the token after position", 0, n - 1, em.default_position(example), key="pred_pos") \
         if n > 1 else 0
     k = c2.slider("k", 1, min(20, model.cfg.d_vocab), min(5, model.cfg.d_vocab), key="pred_k")
-    top = ex.top_k_next(model, example.tokens, position, k, task)
+    top = em.top_k_next(model, example.tokens, position, k, task)
     st.caption(f"After `{position}:{example.labels[position]}`, the model's next-token probabilities:")
     if position + 1 < n:
         actual = int(example.tokens[position + 1])
-        p, rank = ex.next_token_probability(model, example.tokens, position, actual)
+        p, rank = em.next_token_probability(model, example.tokens, position, actual)
         st.markdown(f"Actual next token: **`{example.labels[position + 1]}`** (id {actual}), "
                     f"probability {p:.4f}, rank {rank} of {model.cfg.d_vocab}.")
     st.dataframe(top, hide_index=True, key="pred_top",

@@ -9,6 +9,7 @@ import plotly.express as px
 import streamlit as st
 
 from analysis import explore as ex
+from analysis import explore_model as em
 from explorer import ui
 from figures import figures_for_group
 
@@ -92,13 +93,13 @@ def parameters_tab(root: Path, row: pd.Series) -> None:
     model = ui.load_model_or_error(root, row)
     if model is None:
         return
-    table = ex.parameter_table(model)
+    table = em.parameter_table(model)
     st.dataframe(table, hide_index=True, key="run_params", column_config={
         c: st.column_config.NumberColumn(c, format="localized") for c in ("trainable", "frozen", "total")})
     long = table.melt(id_vars="component", value_vars=["trainable", "frozen"], var_name="kind", value_name="count")
     st.plotly_chart(px.bar(long, x="component", y="count", color="kind", title="parameters per component",
                            color_discrete_map={"trainable": "#0072B2", "frozen": "#BBBBBB"}), key="run_param_bar")
-    fixed = ex.fixed_matrix_values(model)
+    fixed = em.fixed_matrix_values(model)
     if fixed:
         st.caption(f"MixiT's fixed attention matrices add {fixed:,} values: buffers saved with the checkpoint, "
                    "neither trained nor counted as parameters.")

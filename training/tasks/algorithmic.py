@@ -214,6 +214,25 @@ class Retrieval(Task):
         mask = torch.zeros(n, self.seq_len, dtype=torch.bool).scatter_(1, 2 * k[:, None] + 1, True)
         return tokens, mask
 
+    def patching_pairs(self, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`n` rows and their corrupted copies (Task's patching protocol): the value of the queried pair is another
+        value, in the pair and at the answer; position is the query's, answers the clean and corrupted values."""
+        g = torch.Generator().manual_seed(seed)
+        tokens, mask = self.sample(n, g)
+        rows = torch.arange(n)
+        answer_at = mask.float().argmax(1)  # the scored value, right after the query
+        position = answer_at - 1
+        query_key = tokens[rows, position] - self.query0_id
+        keys = tokens[:, 0 : 2 * self.pairs : 2] - self.key0_id  # pad rows give negative keys
+        pair = (keys == query_key[:, None]).float().argmax(1)
+        clean_answer = tokens[rows, 2 * pair + 1]
+        shift = torch.randint(1, self.num_values, (n,), generator=g)  # another value: never the same
+        corrupted_answer = (clean_answer - self.value0_id + shift) % self.num_values + self.value0_id
+        corrupted = tokens.clone()
+        corrupted[rows, 2 * pair + 1] = corrupted_answer
+        corrupted[rows, answer_at] = corrupted_answer
+        return tokens, corrupted, position, torch.stack([clean_answer, corrupted_answer], dim=1)
+
 
 # --------------------------------------------------------------------------- k-hop
 class KHop(Task):
@@ -311,6 +330,35 @@ class KHop(Task):
         mask = torch.zeros(n, self.seq_len, dtype=torch.bool)
         mask[:, self.length + 1 :] = True
         return tokens, mask
+
+    def patching_pairs(self, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows and their corrupted copies (Task's patching protocol), 1 hop only: the letter at the source of each
+        row's last non-null answer becomes another letter (not its neighbours, so the previous occurrence stays);
+        rows without a non-null answer are dropped. ValueError when the settings leave nothing to corrupt."""
+        if self.hops != 1:
+            raise ValueError(f"patching: k-hop with hops={self.hops}; only 1 hop is a single lookup to corrupt")
+        if self.alphabet < 4:
+            raise ValueError(f"patching: khop alphabet={self.alphabet} leaves no replacement letter; allowed: alphabet >= 4")
+        g = torch.Generator().manual_seed(seed)
+        tokens, _ = self.sample(n, g)
+        N = self.length
+        x = tokens[:, :N]
+        sources = self.hop_sources(x)  # [n, N]
+        has = sources >= 0
+        keep = has.any(1)
+        if not keep.any():
+            raise ValueError(f"patching: no k-hop row of {n} has a non-null answer (length {N}, alphabet {self.alphabet})")
+        tokens, x, sources, has = tokens[keep], x[keep], sources[keep], has[keep]
+        rows = torch.arange(int(keep.sum()))
+        i = (has.float() * torch.arange(1, N + 1)).argmax(1)
+        s = sources[rows, i]
+        x2 = x.clone()
+        forbidden = torch.stack([x[rows, s], x[rows, s - 1], x[rows, (s + 1).clamp(max=N - 1)]], 1)
+        for r in rows.tolist():
+            choices = [c for c in range(self.alphabet) if c not in forbidden[r].tolist()]
+            x2[r, s[r]] = choices[int(torch.randint(len(choices), (1,), generator=g))]
+        corrupted = torch.cat([x2, torch.full((len(rows), 1), self.sep_id), self.hop_targets(x2)], dim=1)
+        return tokens, corrupted, N + i, torch.stack([x[rows, s], x2[rows, s]], dim=1)
 
 
 # --------------------------------------------------------------------------- modular addition

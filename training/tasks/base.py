@@ -160,6 +160,7 @@ class Task:
     Optional: `patching_pairs(n, seed) -> (clean [n, L], corrupted [n, L], position [n], answer_tokens [n, 2])`,
     rows that differ only where the answer comes from, the position whose logits predict the answer, and the
     clean and corrupted answer tokens; `mixit analyze` then patches every head (analysis.patching.patch_heads).
+    Retrieval and k-hop define theirs; a ValueError from it says why the task's settings allow none.
     """
 
     name: ClassVar[str]

@@ -1,7 +1,8 @@
-"""What the paper reports, and the thresholds the report and its scale section share."""
+"""What the paper reports, and the thresholds the report and its scale section share: data, kept below the figures
+and the report so that both read the one copy."""
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue; the report's
-# tables (reproduce.report) and the scale section (reproduce.emergence) compare with them.
+# tables (reproduce.report), its scale section (reproduce.emergence) and the scale figures compare with them.
 # Accuracies in %, LM in validation log-perplexity (WikiText-103), memorization in bits per trainable parameter.
 PAPER = {
     "retrieval": {"standard": 100.0, "frozen_mlp": 100.0, "frozen_qk": 97.0, "mixit": 11.2},
