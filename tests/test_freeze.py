@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.trainer as trainer_mod
+import training.loss as loss_mod
 from cli.main import main
 from models import ModelConfig, build_model, load_model
 from models.config import grid_label, grid_name
@@ -109,7 +109,7 @@ def test_a_frozen_head_stays_bit_identical_through_training(tmp_path, one_thread
 def test_a_frozen_head_survives_a_resume(tmp_path, one_thread, monkeypatch):
     cfg = TrainConfig(**TINY, steps=10, model_extra={"freeze": HEADS})
     train(cfg, tmp_path / "full", progress=False)
-    real_loss, calls = trainer_mod.masked_loss, {"n": 0}
+    real_loss, calls = loss_mod.masked_loss, {"n": 0}
 
     def dies_at_step_7(*args, **kwargs):
         calls["n"] += 1

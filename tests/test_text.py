@@ -26,7 +26,7 @@ from transformer_lens.head_detector import detect_head
 import training.tasks.text as text
 from training.tasks import bpe, hub
 from training.tasks import corpora as text_corpora
-import training.trainer as trainer_mod
+import training.loss as loss_mod
 from models import VARIANTS, ModelConfig, build_model, load_model
 from training import TrainConfig, get_task, train
 from cli.main import main
@@ -191,7 +191,7 @@ def test_lm_resume_after_kill_matches_uninterrupted_run(tmp_path, monkeypatch, o
                       variant="mixit", d_model=32, n_layers=1, n_heads=4, steps=20, batch_size=8, eval_every=10,
                       eval_samples=20)
     train(cfg, tmp_path / "full", progress=False)
-    real, calls = trainer_mod.masked_loss, {"n": 0}
+    real, calls = loss_mod.masked_loss, {"n": 0}
 
     def dies_at_step_13(*args, **kwargs):
         calls["n"] += 1

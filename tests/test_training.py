@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.trainer as trainer_mod
+import training.loss as loss_mod
 from training.settings import check_same_settings
 from models import load_model
 from training import TrainConfig, TrainingDiverged, evaluate, train
@@ -142,7 +142,7 @@ def test_resume_after_kill_matches_uninterrupted_run(variant, tmp_path, monkeypa
     cfg = TrainConfig(**TINY, steps=40, variant=variant)
     train(cfg, tmp_path / "full", progress=False)
 
-    real_loss, calls = trainer_mod.masked_loss, {"n": 0}
+    real_loss, calls = loss_mod.masked_loss, {"n": 0}
 
     def dies_at_step_27(*args, **kwargs):
         calls["n"] += 1
@@ -176,7 +176,7 @@ def test_resume_with_different_config_is_refused(tmp_path):
 
 
 def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    real_loss, calls = trainer_mod.masked_loss, {"n": 0}
+    real_loss, calls = loss_mod.masked_loss, {"n": 0}
 
     def nan_from_step_15(*args, **kwargs):
         calls["n"] += 1
@@ -346,7 +346,7 @@ def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, caus
     calls = []
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda t, *a, **k: calls.append((t.shape[1], k.get("from_pos", 0))) or forward(t, *a, **k))
-    logits, targets = trainer_mod.masked_logits(model, tokens, mask)
+    logits, targets = loss_mod.masked_logits(model, tokens, mask)
     assert torch.equal(targets, want_targets)
     torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
     scored = predict.any(0).nonzero().flatten()
@@ -355,7 +355,7 @@ def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, caus
     # With a hook attached (an ablation, say) the model runs on every position, as the hook expects.
     calls.clear()
     with model.hooks(fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: z)]):
-        trainer_mod.masked_logits(model, tokens, mask)
+        loss_mod.masked_logits(model, tokens, mask)
     assert calls == [(task.seq_len, 0)]
 
 
