@@ -228,7 +228,7 @@ def test_cli_trains_saves_loads_and_lists_a_grid_model(tmp_path, one_thread, cap
     run = json.loads((out / "run.json").read_text())
     assert run["model"]["attention"] == ["mixing", "softmax"]
 
-    from analysis.explore import head_kinds
+    from analysis.explore_model import head_kinds
     from analysis.runs import load_runs
 
     assert head_kinds(model)[0][1] == "fixed (input-independent)" and head_kinds(model)[1][0] == "softmax"
