@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models.transformer import (  # noqa: E402
+from models.attention.kernels import (  # noqa: E402
     KEYS_FIRST_MAX_LEN, KEYS_OUTER_MAX_LEN, MATH_ATTENTION_MAX_LEN, MIX_PER_HEAD_MAX_D_HEAD)
 from training.tasks import TrainStream  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
@@ -177,13 +177,13 @@ def mixing_table(repeats: int, calls: int) -> list[tuple[int, float]]:
 
 
 def print_thresholds(attention: dict[str, list[tuple[int, float]]], mixing: list[tuple[int, float]]) -> None:
-    """The thresholds of models/transformer.py beside what this machine's measurements would set them to: the
+    """The thresholds of models/attention/kernels.py beside what this machine's measurements would set them to: the
     largest measured size up to which the faster path won at every measured size (a lower bound: the measured
     sizes are few)."""
     def show(value: int | None) -> str:
         return "never (it lost at the smallest size)" if value is None else str(value)
 
-    print("thresholds: models/transformer.py (tuned on a 2-core AMD EPYC) | what this machine's measurements give")
+    print("thresholds: models/attention/kernels.py (tuned on a 2-core AMD EPYC) | what this machine's measurements give")
     for dtype in (torch.float32, torch.bfloat16):
         name = f"plain {str(dtype).removeprefix('torch.')}"
         print(f"  MATH_ATTENTION_MAX_LEN[{str(dtype).removeprefix('torch.')}] = {MATH_ATTENTION_MAX_LEN[dtype]} | "

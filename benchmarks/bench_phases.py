@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from models import build_model  # noqa: E402
-from models.transformer import derive_seed  # noqa: E402
+from models.seeds import derive_seed  # noqa: E402
 from reproduce.corpora import choose_text  # noqa: E402
 from reproduce.pipeline import preset_runs  # noqa: E402
 from reproduce.preset import TEXT_KINDS, load_preset  # noqa: E402

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT
 from models import ModelConfig, build_model
-from models.transformer import centre_mixing
+from models.attention.mixing import centre_mixing
 
 
 def _authors() -> tuple[Path, Path] | None:

@@ -1,7 +1,7 @@
 """Pin the construction of the variants to the authors' models (docs/fidelity.md), from outputs.
 
 `reference_logits` is an independent, plain-torch forward written from the documented equations
-(not from models/transformer.py): every width multiplier, the temperature, the residual scales and
+(not from the model code in models/): every width multiplier, the temperature, the residual scales and
 the readout. Each test compares a model's logits or patterns with it, so a change in any multiplier
 at any width fails here, and not only at the base width (512) where every multiplier is 1.
 """
@@ -64,7 +64,7 @@ def reference_logits(model, tokens: torch.Tensor) -> tuple[torch.Tensor, list[to
     s = cfg.residual_scale if shaped else 1.0
     br = math.sqrt(1 - s * s) if shaped else 1.0
     b, t = tokens.shape
-    H, E = cfg.n_heads, cfg.d_head
+    E = cfg.d_head
     causal = torch.ones(t, t).tril()
     x = sd["embed.W_E"][tokens]
     if cfg.spec.positions == "learned":

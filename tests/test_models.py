@@ -366,9 +366,9 @@ def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
     calls = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
-    import models.transformer as tr
+    import models.attention.kernels as kernels
 
-    monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, torch.float32, 8)  # 16 positions: past the plain ops' limit
+    monkeypatch.setitem(kernels.MATH_ATTENTION_MAX_LEN, torch.float32, 8)  # 16 positions: past the plain ops' limit
     model = build_model(tiny_cfg("frozen_qk"))
     tokens = torch.randint(0, 13, (2, 16))
     model(tokens)
@@ -421,15 +421,17 @@ def test_mixit_without_sink_head(tiny_cfg):
 def test_short_sequences_take_plain_attention_with_the_same_result(variant, precision, tiny_cfg, monkeypatch):
     """On CPU, sequences up to MATH_ATTENTION_MAX_LEN[dtype] skip the fused kernel (faster there); same function,
     in fp32 and under bf16 autocast, forward and backward."""
-    import models.transformer as tr
+    import torch.nn.functional as F
+
+    import models.attention.kernels as kernels
 
     model = build_model(tiny_cfg(variant))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    t = min(model.config.n_ctx, tr.MATH_ATTENTION_MAX_LEN[dtype])
+    t = min(model.config.n_ctx, kernels.MATH_ATTENTION_MAX_LEN[dtype])
     tokens = torch.randint(0, 13, (3, t), generator=torch.Generator().manual_seed(0))
     calls = []
-    real_sdpa = tr.F.scaled_dot_product_attention
-    monkeypatch.setattr(tr.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
+    real_sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
 
     def run():
         model.zero_grad()
@@ -440,7 +442,7 @@ def test_short_sequences_take_plain_attention_with_the_same_result(variant, prec
 
     plain = run()
     assert not calls
-    monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, dtype, 0)
+    monkeypatch.setitem(kernels.MATH_ATTENTION_MAX_LEN, dtype, 0)
     fused = run()
     assert calls
     tol = dict(rtol=2e-2, atol=2e-2) if precision == "bf16" else dict(rtol=1e-5, atol=1e-5)
@@ -452,7 +454,7 @@ def test_short_sequences_take_plain_attention_with_the_same_result(variant, prec
 def test_softmax_over_keys_is_the_softmax_in_every_layout(layout):
     """The attention pattern is softmax over the last dimension of [batch, head, query, key] scores, whichever
     memory layout the scores come in (masked keys at -inf get weight 0)."""
-    from models.transformer import softmax_over_keys
+    from models.attention.kernels import softmax_over_keys
 
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(3, 4, 9, 9, generator=g, dtype=torch.float64).masked_fill(torch.ones(9, 9).triu(1).bool(), float("-inf"))
@@ -467,7 +469,7 @@ def test_every_score_layout_computes_the_same_attention(variant, tiny_cfg, monke
     """Short sequences take the scores keys-outermost (KEYS_OUTER_MAX_LEN), longer ones keys-first, then keys
     last: one function in all three, forward and backward, with padding and with from_pos (fp64: shaped
     models' gradients are large enough that fp32 rounding would hide a difference)."""
-    import models.transformer as tr
+    import models.attention.kernels as kernels
 
     model = build_model(tiny_cfg(variant, init_std=0.2)).double()
     tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(0))
@@ -475,8 +477,8 @@ def test_every_score_layout_computes_the_same_attention(variant, tiny_cfg, monke
     padding[1, 9:] = False
 
     def run(outer: int, first: int):
-        monkeypatch.setattr(tr, "KEYS_OUTER_MAX_LEN", outer)
-        monkeypatch.setattr(tr, "KEYS_FIRST_MAX_LEN", first)
+        monkeypatch.setattr(kernels, "KEYS_OUTER_MAX_LEN", outer)
+        monkeypatch.setattr(kernels, "KEYS_FIRST_MAX_LEN", first)
         model.zero_grad()
         out = model(tokens, attention_mask=padding, from_pos=4)
         out.square().mean().backward()
@@ -546,10 +548,10 @@ def test_frozen_qk_skips_the_weight_gradients_of_q_and_k(tiny_cfg):
 def test_from_pos_gives_the_later_positions_of_the_full_output(variant, causal, fused, tiny_cfg, monkeypatch):
     """model(tokens, from_pos=p) equals model(tokens)[:, p:], with and without padding, through the plain and
     the fused attention paths, and so do the gradients it sends back (the trainer's losses rely on it)."""
-    import models.transformer as tr
+    import models.attention.kernels as kernels
 
     if fused:
-        monkeypatch.setitem(tr.MATH_ATTENTION_MAX_LEN, torch.float32, 0)
+        monkeypatch.setitem(kernels.MATH_ATTENTION_MAX_LEN, torch.float32, 0)
     extra = {"attention": ("learned",)} if variant == "learned" else {}
     model = build_model(tiny_cfg("standard" if variant == "learned" else variant, causal=causal, init_std=0.2, **extra))
     tokens = torch.randint(0, 13, (3, 16), generator=torch.Generator().manual_seed(0))

@@ -33,7 +33,7 @@ from models.checkpoint import write_model_files
 from models.files import atomic_directory, recover_directory, remove_leftovers, write_json, write_text
 from models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
 from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
-from models.transformer import derive_seed
+from models.seeds import derive_seed
 
 from .config import TrainConfig
 from .loss import SummedLoss, evaluate, scored_count, task_loss
