@@ -25,8 +25,8 @@ decompositions are in models/lens.py: they fold in the shaped variants' multipli
 parameters above do not show.
 
 Trained models carry their task's tokenizer (`model.tokenizer`, see models/tokenizer.py: a BPE for text, the
-task's token strings for the algorithmic tasks) and offer TransformerLens's `to_tokens`, `to_string` and
-`to_str_tokens`.
+task's token strings for the algorithmic tasks) and offer TransformerLens's `to_tokens`, `to_string`,
+`to_str_tokens` and `generate` (models/text.py, mixed in).
 """
 
 from __future__ import annotations
@@ -42,15 +42,14 @@ from transformer_lens import HookedRootModule
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 
-from . import tokenizer as tok
 from .attention import Attention
 from .checkpoint import check_state, read_weights, save_model
 from .components import MLP, Classifier, Embed, PosEmbed, RMSNorm, Unembed
 from .config import ModelConfig, component_of  # component_of: re-exported, models.transformer.component_of
 from .freeze import apply_freeze, frozen_elements
-from .generate import generate
 from .lens import LensCache, LensWeights
 from .seeds import derive_seed
+from .text import TextMethods
 
 
 class Block(nn.Module):
@@ -111,7 +110,7 @@ def check_fits_in_memory(config: ModelConfig) -> None:
                          f"this machine's {memory / 2**30:,.0f} GiB; choose smaller sizes")
 
 
-class Transformer(LensWeights, HookedRootModule):
+class Transformer(TextMethods, LensWeights, HookedRootModule):
     """The study's decoder. `model(tokens)` maps int64 [batch, pos] to logits [batch, pos, d_vocab].
 
     With `config.n_classes` set it is a sequence classifier instead: a `classifier` head replaces the
@@ -286,67 +285,6 @@ class Transformer(LensWeights, HookedRootModule):
         if return_cache_object:
             return out, LensCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict
-
-    # ----------------------------------------------------------------- text (models trained on text)
-    def set_tokenizer(self, tokenizer, default_prepend_bos: bool = True) -> None:
-        """Attach a `tokenizers.Tokenizer` (see models/tokenizer.py); it is saved with the checkpoint."""
-        if tokenizer.get_vocab_size() > self.config.d_vocab:
-            raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but d_vocab={self.config.d_vocab}")
-        tokenizer.encode_special_tokens = True
-        self.tokenizer = tokenizer
-        self.cfg.default_prepend_bos = default_prepend_bos
-
-    def _require_tokenizer(self):
-        if self.tokenizer is None:
-            raise ValueError("this model has no tokenizer: trained runs carry their task's vocabulary "
-                             "(training.load_run(run_dir).model); a bare checkpoint can get one with set_tokenizer")
-        return self.tokenizer
-
-    def to_tokens(
-        self, input: str | list[str], prepend_bos: bool | None = None, move_to_device: bool = True, truncate: bool = True
-    ) -> torch.Tensor:
-        """Text -> int64 tokens [batch, pos], as TransformerLens: a list is right-padded with <pad>.
-
-        prepend_bos defaults to `cfg.default_prepend_bos` (True for text models: documents start with
-        <|endoftext|>, as in training); truncate cuts to n_ctx tokens.
-        """
-        tokens, _ = self._encode(input, prepend_bos, truncate)
-        return tokens.to(self.cfg.device) if move_to_device else tokens
-
-    def generate(self, input: str | torch.Tensor = "", max_new_tokens: int = 10, **kwargs):
-        """HookedTransformer.generate, with its arguments and return types (models/generate.py)."""
-        return generate(self, input, max_new_tokens, **kwargs)
-
-    def to_string(self, tokens: torch.Tensor | list[int]) -> str | list[str]:
-        """Tokens [pos] -> a string, [batch, pos] -> a list of strings (special tokens written out)."""
-        tokenizer = self._require_tokenizer()
-        tokens = torch.as_tensor(tokens)
-        if tokens.ndim == 2:
-            return [tok.decode(tokenizer, row.tolist()) for row in tokens]
-        if tokens.ndim > 2:
-            raise ValueError(f"to_string expects tokens [pos] or [batch, pos], got shape {tuple(tokens.shape)}")
-        return tok.decode(tokenizer, tokens.reshape(-1).tolist())
-
-    def to_str_tokens(
-        self, input: str | list | torch.Tensor, prepend_bos: bool | None = None
-    ) -> list[str] | list[list[str]]:
-        """Each token as a string: of a text (tokenized by `to_tokens`), a list of texts, or tokens [pos]."""
-        tokenizer = self._require_tokenizer()
-        if isinstance(input, list) and input and isinstance(input[0], str):
-            return [self.to_str_tokens(text, prepend_bos) for text in input]
-        if isinstance(input, str):
-            ids = self.to_tokens(input, prepend_bos, move_to_device=False)[0].tolist()
-        else:
-            ids = torch.as_tensor(input).squeeze()
-            if ids.ndim > 1:
-                raise ValueError(f"to_str_tokens expects one sequence, got shape {tuple(ids.shape)}")
-            ids = ids.reshape(-1).tolist()
-        return tok.str_tokens(tokenizer, ids)
-
-    def _encode(self, input, prepend_bos: bool | None, truncate: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        tokenizer = self._require_tokenizer()
-        prepend_bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-        return tok.encode(tokenizer, input, prepend_bos, self.config.n_ctx if truncate else None)
 
     def _tokens_and_mask(self, tokens, attention_mask):
         """Tokenize text input (building its padding mask); check a token tensor's mask and make it bool.
