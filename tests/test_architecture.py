@@ -346,11 +346,13 @@ LONG_ALLOWED = {("models/transformer.py", "forward")}  # the model's forward pas
 
 
 def test_rooms_stay_small():
-    """No module over 600 lines (models/transformer.py, the whole model in one file, aside) and no function over
-    80 lines (the model's forward passes aside): files that do one job, functions that fit on a screen."""
+    """No module over 600 lines, models/transformer.py (the model, read in one sitting; attention one kind per module
+    in models/attention/) under 450, and no function over 80 lines (the model's forward passes aside): files that
+    do one job, functions that fit on a screen."""
     files = [*(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")), ROOT / "app.py"]
     big = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
-    assert set(big) <= {"models/transformer.py"}, big
+    assert not big, big
+    assert len((ROOT / "models" / "transformer.py").read_text(encoding="utf-8").splitlines()) < 450
     long = []
     for path in files:
         rel = str(path.relative_to(ROOT))
