@@ -162,7 +162,7 @@ def read_run_metrics(root: Path, run_dir: str | Path) -> pd.DataFrame:
 
 def read_run_analysis(root: Path, run_dir: str | Path) -> dict[str, Any] | None:
     """The run's analysis/analysis.json from `mixit analyze`, or None."""
-    from .runs import read_analysis
+    from training.record import read_analysis
 
     inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
     return read_analysis(inside(root, run_dir))

@@ -1,6 +1,6 @@
 """Read a directory of runs into tables: the one loader behind the report, the figures and the explorer.
 
-    from analysis.runs import load_runs, read_metrics, read_analysis, read_analysis_table
+    from analysis.runs import load_runs, read_metrics, read_analysis_table
     runs = load_runs("runs/quick")          # one row per run directory (run.json) found below the root
     curve = read_metrics(runs.path[0])      # metrics.jsonl as a DataFrame (step, loss, eval_loss, ...)
 
@@ -26,13 +26,13 @@ import pandas as pd
 
 from models.checkpoint import WEIGHTS_FILE
 from models.config import grid_label
-from training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record  # noqa: F401  (read_analysis: this module's API)
-from training.rundir import (
-    ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, find_runs, group_of, read_metric_records,
-)
-from training.pool import fork_workers, forked_map
-from training.rundir import TUNING_FILE, UNFINISHED
 from training.config import TrainConfig
+from training.pool import fork_workers, forked_map
+from training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record
+from training.rundir import (
+    ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, TUNING_FILE, UNFINISHED, find_runs, group_of,
+    read_metric_records,
+)
 from training.tuning import Tuning, tuning_key
 
 PARALLEL_FROM = 256  # runs: a smaller folder is read in this process (forking would cost more than it saves)

@@ -35,7 +35,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from models import VARIANTS, ModelConfig, build_model  # noqa: E402
 from reproduce.preset import load_preset  # noqa: E402
 from training.tasks import TASKS, get_task  # noqa: E402
-from training.sweep import grid_extra, variant_entry  # noqa: E402
+from models.config import grid_extra  # noqa: E402
+from training.sweep import variant_entry  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.precision import autocast_for  # noqa: E402
 

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_analysis, read_analysis_records
+from analysis.runs import read_analysis_records
+from training.record import read_analysis
 
 from .common import NoData, Runs, as_runs, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label

@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.component_map import who_does_the_work
-from analysis.runs import by_loss, load_runs, memory_summary, read_analysis, reported
+from analysis.runs import by_loss, load_runs, memory_summary, reported
+from training.record import read_analysis
 from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
 from training.run import run_task
 from training.tasks import TASKS, resolved_task_params

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from analysis.runs import find_runs, load_runs, read_analysis, read_metrics, task_label
+from analysis.runs import load_runs, read_metrics, task_label
+from training.record import read_analysis
+from training.rundir import find_runs
 from training import TrainConfig, train
 
 

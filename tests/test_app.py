@@ -610,7 +610,7 @@ def test_mixit_app_bad_input_is_one_line(explorer_runs, launched, capsys, args, 
 
 def test_mixit_app_without_the_explorer_file_is_one_line(tmp_path):
     from cli.app import streamlit_command
-    from cli.main import CLIError
+    from cli.common import CLIError
 
     with pytest.raises(CLIError, match="reinstall mixit-lab"):
         streamlit_command(tmp_path, app=tmp_path / "app.py")

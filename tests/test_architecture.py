@@ -212,9 +212,9 @@ def test_one_component_vocabulary():
     every parameter of every variant (and a classifier)."""
     from models import VARIANTS, ModelConfig, build_model
     from models.config import COMPONENTS, component_of
-    from models.transformer import component_of as re_exported
+    import models.transformer
 
-    assert re_exported is component_of
+    assert models.transformer.component_of is component_of
     seen = set()
     for variant in VARIANTS:
         for extra in ({}, {"n_classes": 2, "causal": False}, {"attention": "learned"}):
@@ -389,32 +389,58 @@ print(code, "transformer_lens" in sys.modules, "torch" in sys.modules)
 
 # --------------------------------------------------------------------------- names imported from where they live
 def _module_names(tree: ast.Module) -> tuple[set[str], list[str]]:
-    """The names a module defines at its top level (functions, classes, assignments), and its `__all__`."""
+    """The names a module defines at its top level (functions, classes, assignments, also under a top-level `if` or
+    `try`), and its `__all__`."""
     defined: set[str] = set()
     exported: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-                exported = [e.value for e in node.value.elts]
+
+    def visit(body: list[ast.stmt]) -> None:
+        nonlocal exported
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) \
+                        and isinstance(node.value, (ast.List, ast.Tuple)):
+                    exported = [e.value for e in node.value.elts]
+            elif isinstance(node, (ast.If, ast.Try)):
+                for part in (node.body, node.orelse, getattr(node, "finalbody", []),
+                             *(h.body for h in getattr(node, "handlers", []))):
+                    visit(part)
+
+    visit(tree.body)
     return defined, exported
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_from(path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` names, relative imports resolved against `path`."""
+    if not node.level:
+        return node.module or ""
+    base = _module_name(path).split(".")
+    base = base if path.name == "__init__.py" else base[:-1]
+    return ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
 
 
 def test_no_module_re_exports_a_name_it_does_not_define():
     """docs/architecture.md: a name is imported from the module that defines it. A module's `__all__` lists only its
-    own names, and no import is kept for others to take from it; a package's `__init__.py` (its public face) is the
-    one place that gathers names."""
-    offenders = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path.name == "__init__.py":
+    own names, and no `from module import name` (in the packages, the tests or the benchmarks) takes a name from a
+    module that only imports it; a package's `__init__.py` (its public face) is the one place that gathers names."""
+    modules = {_module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    defined = {name: _module_names(ast.parse(path.read_text())) for name, path in modules.items()}
+    offenders = [f"{modules[m].relative_to(ROOT)}: __all__ lists {n}" for m, (own, exported) in defined.items()
+                 if modules[m].name != "__init__.py" for n in exported if n not in own]
+    for path in [*modules.values(), *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            source = _imported_from(path, node) if isinstance(node, ast.ImportFrom) else None
+            if source not in modules or modules[source].name == "__init__.py":
                 continue
-            text = path.read_text()
-            defined, exported = _module_names(ast.parse(text))
-            offenders += [f"{path.relative_to(ROOT)}: __all__ lists {name}" for name in exported if name not in defined]
-            offenders += [f"{path.relative_to(ROOT)}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1)
-                          if "noqa: F401" in line and "export" in line]
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name} from {source}" for alias in node.names
+                          if alias.name not in defined[source][0] and f"{source}.{alias.name}" not in modules]
     assert not offenders, "\n".join(offenders)
