@@ -46,4 +46,4 @@ gpu-check: venv
 	fi
 
 clean:
-	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick figures/out/quick gpu-check
+	rm -rf $(VENV) checkpoints/demo runs/quick reports/quick gpu-check

@@ -1,18 +1,12 @@
 """The explorer from a source checkout: `streamlit run app.py -- --runs DIR` (what `mixit app DIR` runs).
 
-The explorer lives in the `explorer` package (explorer/app.py, the frame; explorer/pages/, one file per page),
-which ships in the wheel; this file only puts the checkout on the path and runs the frame.
+The explorer lives in `mixit_lab.explorer` (explorer/app.py, the frame; explorer/pages/, one file per page), which
+ships in the wheel; this file only runs the frame. Streamlit runs it as `__main__`; importing it does nothing.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+if __name__ == "__main__":
+    from mixit_lab.explorer.app import main
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # `streamlit run app.py` from a source checkout
-    sys.path.insert(0, str(HERE))
-
-from explorer.app import main  # noqa: E402
-
-main()
+    main()

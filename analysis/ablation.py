@@ -1,13 +1,13 @@
 """Head ablation: knock out one head (or a set) and measure what the task loses.
 
-    from analysis.ablation import ablate_heads, head_ablation
+    from mixit_lab.analysis.ablation import ablate_heads, head_ablation
     tokens, mask = task.eval_set(1000)
     ablate_heads(model, tokens, mask, task.metric, heads=[(1, 0)], method="zero")   # {"loss", "accuracy"}
     result = head_ablation(model, tokens, mask, task.metric)                        # every head: a HeadAblation
     df = result.frame()                                                             # ranked, baseline in attrs
     head_ablation(model, tokens, metric=lambda logits: logits[:, -1, 3].mean())     # any metric of the logits
 
-`model` may also be a run directory or checkpoint path (loaded with `models.load_model`).
+`model` may also be a run directory or checkpoint path (loaded with `mixit_lab.models.load_model`).
 
 A head is ablated by a forward hook on `blocks.{l}.attn.hook_z` ([batch, pos, head_index, d_head],
 the head's output before W_O), replacing its slice z[:, :, h]:
@@ -16,7 +16,7 @@ the head's output before W_O), replacing its slice z[:, :, h]:
     mean  with its mean over the dataset at each position, z_mean[pos, h] (the head still
           contributes its average, only its dependence on the particular input is removed)
 
-Loss and accuracy are `training.loss.evaluate` on the given set: mean cross-entropy (nats)
+Loss and accuracy are `mixit_lab.training.loss.evaluate` on the given set: mean cross-entropy (nats)
 over the masked target tokens, and "sequence" (every target of a row right) or "token" accuracy.
 For a classifier (a model with `classify`, e.g. trained on `sentiment`) pass the class `labels`:
 `mask` then marks the real tokens (it is the attention mask), and loss and accuracy are per row.
@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Union
 import pandas as pd
 import torch
 
-from training.loss import evaluate
+from mixit_lab.training.loss import evaluate
 
 from .common import ModelOrPath, as_model, cached_batches, check_positive_int, model_device
 
@@ -152,7 +152,7 @@ def _metric_value(model, tokens: torch.Tensor, mask: torch.Tensor | None, metric
 
 
 def _measure(model, tokens, mask, metric: MetricArg, labels, batch_size: int) -> dict[str, float]:
-    """{"loss", "accuracy"} for a string metric (`training.loss.evaluate`), {"metric"} for a callable one."""
+    """{"loss", "accuracy"} for a string metric (`mixit_lab.training.loss.evaluate`), {"metric"} for a callable one."""
     if callable(metric):
         return {"metric": _metric_value(model, tokens, mask, metric)}
     result = evaluate(model, tokens, mask, metric, batch_size, labels=labels)

@@ -5,21 +5,21 @@ checkpoint directory from `save_pretrained`) this writes a directory holding
 
     analysis.json        metadata (checkpoint SHA-256, model, task, options, what was computed or
                          skipped and why) and a summary of every table
-    heads.csv            analysis.heads.head_scores on repeated random sequences
+    heads.csv            mixit_lab.analysis.heads.head_scores on repeated random sequences
     in_context_loss.csv  loss per position on those sequences (models with an unembedding)
-    attention.csv        analysis.attention.attention_stats on the task's eval set (random tokens
+    attention.csv        mixit_lab.analysis.attention.attention_stats on the task's eval set (random tokens
                          for a bare checkpoint)
-    signal.csv           analysis.signal.signal_propagation_model on the same inputs, for the
+    signal.csv           mixit_lab.analysis.signal.signal_propagation_model on the same inputs, for the
                          checkpoint ("checkpoint") and the same config freshly initialised ("init")
-    memory.csv           analysis.memory.memorized_bits (memorisation tasks: `eval_is_train`, as memorize)
-    ablation.csv         analysis.ablation.head_ablation on the task's eval set (run directories only;
+    memory.csv           mixit_lab.analysis.memory.memorized_bits (memorisation tasks: `eval_is_train`, as memorize)
+    ablation.csv         mixit_lab.analysis.ablation.head_ablation on the task's eval set (run directories only;
                          class loss and accuracy for classifiers)
-    components.csv       analysis.components.component_effects on the task's eval set (algorithmic tasks:
+    components.csv       mixit_lab.analysis.components.component_effects on the task's eval set (algorithmic tasks:
                          those with answer tokens): each attention layer's, MLP's and head's share of
                          the answer's logit difference, and loss and accuracy with each layer's
                          attention or MLP (or all of them) mean- or resample-ablated; memorize runs add
                          the memorized bits under each mean ablation
-    task_induction.csv   analysis.heads.task_induction_scores on the same eval rows (khop runs only):
+    task_induction.csv   mixit_lab.analysis.heads.task_induction_scores on the same eval rows (khop runs only):
                          per head, the attention mass on the positions holding each answer and a
                          shuffled-source control; the summary adds chance, the positional ceiling
                          and the head-ablation result of the top head
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from training.rundir import ANALYSIS_FILE, ANALYSIS_TABLE
+from mixit_lab.training.rundir import ANALYSIS_FILE, ANALYSIS_TABLE
 
 FORMAT = "mixit-lab/analysis"
 ANALYSIS_VERSION = 6  # bump when a definition changes, so cached results are recomputed
@@ -160,7 +160,7 @@ def _attention(ctx: AnalysisContext) -> AnalysisResult:
 
 def _signal(ctx: AnalysisContext) -> AnalysisResult:
     """Token similarity by layer, for the checkpoint and for the same config freshly initialised."""
-    from models import build_model
+    from mixit_lab.models import build_model
 
     from .signal import signal_propagation_model
 
@@ -175,7 +175,7 @@ def _signal(ctx: AnalysisContext) -> AnalysisResult:
 
 def _memorizes(task: Any) -> bool:
     """Whether `task` is a memorisation task (its class's `eval_is_train`: the eval set is the whole training
-    set), whose memorized bits analysis.memory counts (the one test: analysis.memory.is_memorization_task)."""
+    set), whose memorized bits mixit_lab.analysis.memory counts (the one test: mixit_lab.analysis.memory.is_memorization_task)."""
     from .memory import is_memorization_task
 
     return task is not None and is_memorization_task(task)
@@ -252,7 +252,7 @@ def _task_induction(ctx: AnalysisContext) -> AnalysisResult:
 
 
 def _patching_applies(ctx: AnalysisContext) -> str | None:
-    """Patching applies to a task that builds its own pairs (analysis.patching.can_patch) for its settings: the
+    """Patching applies to a task that builds its own pairs (mixit_lab.analysis.patching.can_patch) for its settings: the
     method's ValueError (k-hop with several hops, too few letters to corrupt one) is the reason it does not."""
     from .patching import can_patch
 
@@ -309,11 +309,11 @@ def analyze_checkpoint(
     """
     import torch
 
-    from models import load_model
-    from models.files import atomic_directory, write_json
-    from training.machine import pick_device
-    from training.provenance import provenance
-    from training.rundir import find_checkpoint
+    from mixit_lab.models import load_model
+    from mixit_lab.models.files import atomic_directory, write_json
+    from mixit_lab.training.machine import pick_device
+    from mixit_lab.training.provenance import provenance
+    from mixit_lab.training.rundir import find_checkpoint
 
     from .common import checkpoint_hash
 
@@ -396,7 +396,7 @@ def _inputs(model, task, options: AnalysisOptions, eval_rows: int) -> tuple[Any,
 
 def _check_run_file(ref) -> None:
     """CheckpointError (one line naming it) if the run's run.json is damaged: never analysed, nor called cached."""
-    from models.checkpoint import CheckpointError
+    from mixit_lab.models.checkpoint import CheckpointError
 
     try:
         ref.run_info()
@@ -410,7 +410,7 @@ def cached_analysis(path: str | Path, out_dir: str | Path, options: AnalysisOpti
     """The analysis.json `analyze_checkpoint` would return as "cached" (the same checkpoint bytes, analysis version and
     options; every table there, with its columns), else None; without loading the model, so that a rerun over
     thousands of analysed runs decides in one process which need a worker. Errors as analyze_checkpoint's."""
-    from training.rundir import find_checkpoint
+    from mixit_lab.training.rundir import find_checkpoint
 
     from .common import checkpoint_hash
 
@@ -468,15 +468,15 @@ def _is_replaceable(out_dir: Path) -> bool:
 def _load_task(ref, model) -> tuple[Any, str | None]:
     """(task, None) for a run whose task can be rebuilt and fits the model, else (None, reason).
 
-    The task is rebuilt from the run's run.json by `training.run_task`, as `training.train` built it (text
+    The task is rebuilt from the run's run.json by `mixit_lab.training.run_task`, as `mixit_lab.training.train` built it (text
     tasks reuse the run's token cache; a researcher's own task is imported from its recorded import path);
     a task whose data or held-out rows changed since training is refused (TaskChanged), with a warning.
     """
     import warnings
 
-    from training import run_task
-    from training.runinfo import TaskChanged
-    from training.tasks import TaskImportError
+    from mixit_lab.training import run_task
+    from mixit_lab.training.runinfo import TaskChanged
+    from mixit_lab.training.tasks import TaskImportError
 
     info = ref.run_info()
     if info is None:

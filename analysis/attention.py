@@ -1,6 +1,6 @@
 """What attention patterns look like, per head: entropy, reach, sinks, rank and input dependence.
 
-    from analysis.attention import attention_stats
+    from mixit_lab.analysis.attention import attention_stats
     df = attention_stats(model, tokens)      # one row per (layer, head); tokens int64 [batch, pos]
 
 Every statistic is computed per pattern P [query_pos, key_pos] (one input, one head), averaged
@@ -164,8 +164,8 @@ def attention_stats(
     """Per-head attention statistics (module docstring) on `tokens`, or on random tokens.
 
     Args:
-        model: a models.Transformer (any variant); it stays on its device. Or a run directory /
-            checkpoint path, loaded with `models.load_model`.
+        model: a mixit_lab.models.Transformer (any variant); it stays on its device. Or a run directory /
+            checkpoint path, loaded with `mixit_lab.models.load_model`.
         tokens: int64 [batch, pos] with pos <= n_ctx, e.g. a task's eval set; default
             `n_seqs` random sequences of n_ctx tokens (seed `seed`).
         batch_size: sequences per forward pass.

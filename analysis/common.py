@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 
 import torch
 
-from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from training.rundir import find_checkpoint
+from mixit_lab.models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from mixit_lab.training.rundir import find_checkpoint
 
 if TYPE_CHECKING:
-    from training.tasks import Task
+    from mixit_lab.training.tasks import Task
 
 # What every analysis takes as its model: the model itself, or a run directory / checkpoint folder to load.
 ModelOrPath = Union[torch.nn.Module, str, Path]
 
 
 def as_model(model: ModelOrPath) -> torch.nn.Module:
-    """`model` itself, or the model loaded (`models.load_model`) from a run directory or checkpoint path."""
+    """`model` itself, or the model loaded (`mixit_lab.models.load_model`) from a run directory or checkpoint path."""
     if isinstance(model, (str, Path)):
-        from models import load_model
+        from mixit_lab.models import load_model
 
         return load_model(model)
     if not isinstance(model, torch.nn.Module):
@@ -35,11 +35,11 @@ def as_model(model: ModelOrPath) -> torch.nn.Module:
 def run_task(path: str | Path) -> "Task":
     """The task a run was trained on, rebuilt from its run.json as `mixit train` built it.
 
-    Through `training.run_task`, the one place a run's task is rebuilt (a task of one's own is imported
+    Through `mixit_lab.training.run_task`, the one place a run's task is rebuilt (a task of one's own is imported
     from the path run.json records). ValueError for a bare checkpoint (no run.json): such a model needs
     its task passed explicitly.
     """
-    from training import run_task as rebuild
+    from mixit_lab.training import run_task as rebuild
 
     ref = find_checkpoint(path)
     info = ref.run_info()

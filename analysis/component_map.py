@@ -1,7 +1,7 @@
 """The component map across runs: who does the work, attention or MLP, in each task setting and variant, from every
-seed's components table (analysis.components, written by `mixit analyze`). Reads tables only: no torch, no model.
+seed's components table (mixit_lab.analysis.components, written by `mixit analyze`). Reads tables only: no torch, no model.
 
-    from analysis.component_map import who_does_the_work
+    from mixit_lab.analysis.component_map import who_does_the_work
     work = who_does_the_work(load_runs("runs/quick"))              # one row per setting, variant and component
     layers = who_does_the_work(load_runs("runs/quick"), per_layer=True)
 """
@@ -64,7 +64,7 @@ def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFra
     seeds (and spread) of the share of the answer's logit difference and of the accuracy (points) and stored
     bits (%) lost when that component is ablated.
 
-    `runs`: rows of `analysis.runs.load_runs`; finished runs whose analysis holds components.csv are read.
+    `runs`: rows of `mixit_lab.analysis.runs.load_runs`; finished runs whose analysis holds components.csv are read.
     per_layer=False: all attention layers (or all MLPs) together, layer -1, the shares summed and the
     drops from the all-at-once ablations; per_layer=True: one row per layer, from the one-at-a-time ones.
     Returns `WORK_COLUMNS`; empty when no run has the analysis.

@@ -1,6 +1,6 @@
 """Who does the work: each attention layer's, MLP's and head's share of the answer, by attribution and by ablation.
 
-    from analysis.components import component_effects
+    from mixit_lab.analysis.components import component_effects
     tokens, mask = task.eval_set(512)
     r = component_effects(model, tokens, mask, task.metric)     # ComponentEffects
     r.table          # one row per component: attribution share, accuracy and loss under two ablations
@@ -21,7 +21,7 @@ module measures it inside one trained model, on its task's own inputs, two ways:
 * **Ablation (causal effect).** One component's output (`blocks.{l}.hook_attn_out`,
   `blocks.{l}.hook_mlp_out` [batch, pos, d_model], or one head's slice of `blocks.{l}.attn.hook_z`
   [batch, pos, head_index, d_head]) is replaced, the rest of the model runs on, and loss and accuracy
-  are measured as in training (`training.loss.evaluate`):
+  are measured as in training (`mixit_lab.training.loss.evaluate`):
       mean      by its mean over the given rows at each position (the task's own distribution), so only
                 its dependence on the particular input is removed;
       resample  by its output on another row (a fixed random derangement of the rows), so it carries
@@ -44,7 +44,7 @@ from typing import Any, Iterator
 import pandas as pd
 import torch
 
-from training.loss import evaluate
+from mixit_lab.training.loss import evaluate
 
 from .common import ModelOrPath, as_model, check_positive_int, model_device
 
@@ -254,7 +254,7 @@ def component_effects(
     attention and MLP (and of every head, with `heads`: 2 x n_layers x n_heads more forward passes).
 
     tokens int64 / mask bool [N, pos] (mask marks answer tokens), metric "sequence" or "token", as
-    `training.loss.evaluate` takes them. `memorize_task` (a `memorize` task) adds memorized bits on its
+    `mixit_lab.training.loss.evaluate` takes them. `memorize_task` (a `memorize` task) adds memorized bits on its
     full key set with each component mean-ablated (means over `tokens`). `seed` picks the resample
     derangement. Ablated runs see all N rows at once (resampling pairs rows across the whole set).
     `model` may be a run directory or checkpoint path.

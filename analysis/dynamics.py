@@ -1,7 +1,7 @@
 """How heads form during training: head scores of every checkpoint a run kept (`mixit train --keep-checkpoints N`).
 
 For each kept step: the strongest induction and previous-token heads on repeated random sequences
-[r, r] (analysis.heads.head_scores), the in-context loss drop, the strongest task-aligned induction
+[r, r] (mixit_lab.analysis.heads.head_scores), the in-context loss drop, the strongest task-aligned induction
 head on the task's own inputs when the task defines answer sources (k-hop), the training loss
 logged nearest to that step (within one logging interval) and the eval loss if it was evaluated there. `mixit analyze RUN --checkpoints` writes the table to
 RUN/analysis_dynamics.csv; the `dynamics` figure plots it next to the loss curve.
@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from models import load_model
-from training import TrainConfig, run_task
-from training.rundir import kept_checkpoints, read_metric_records, read_run_info
+from mixit_lab.models import load_model
+from mixit_lab.training import TrainConfig, run_task
+from mixit_lab.training.rundir import kept_checkpoints, read_metric_records, read_run_info
 
 from .heads import head_scores, task_induction_scores
 

@@ -1,10 +1,10 @@
 """The explorer's data layer: runs, models, inputs, attention patterns, head scores, predictions and
 comparisons for the explorer's pages, as plain functions (no Streamlit here), so they can be tested and reused.
-What it computes on one model (inputs, patterns, grids, predictions) lives in `analysis.explore_model`.
+What it computes on one model (inputs, patterns, grids, predictions) lives in `mixit_lab.analysis.explore_model`.
 
-    from analysis import explore as ex, explore_model as em
+    from mixit_lab.analysis import explore as ex, explore_model as em
     root = ex.open_root("runs/smoke")
-    runs = ex.list_runs(root)                          # one row per run (analysis.runs.COLUMNS + size)
+    runs = ex.list_runs(root)                          # one row per run (mixit_lab.analysis.runs.COLUMNS + size)
     model = ex.load_run_model(root, runs.path[0])
     example = em.eval_example(ex.run_task(root, runs.path[0]), 0)
     patterns = em.attention_patterns(model, example.tokens)   # [layer, head, query, key]
@@ -31,15 +31,15 @@ from typing import Any
 
 import pandas as pd
 
-from models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from models.files import read_json
-from training.rundir import (
+from mixit_lab.models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from mixit_lab.models.files import read_json
+from mixit_lab.training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, CHECKPOINT_FILES, DYNAMICS_FILE, MANIFEST,
     METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir,
     kept_checkpoints, UNFINISHED, lock_holder, read_metric_records, unfinished_status,
 )
-from training.rundir import read_run_info as _read_run_info
-from training.runinfo import RunInfo
+from mixit_lab.training.rundir import read_run_info as _read_run_info
+from mixit_lab.training.runinfo import RunInfo
 
 from .runs import COLUMNS, load_run
 
@@ -126,7 +126,7 @@ def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
 
 
 def list_runs(root: str | Path) -> pd.DataFrame:
-    """Every run below root, one row each: analysis.runs.COLUMNS plus `size` ("d16 L2 H2").
+    """Every run below root, one row each: mixit_lab.analysis.runs.COLUMNS plus `size` ("d16 L2 H2").
 
     Runs without summary.json ("running" while a process writes them, else "interrupted") get their step and latest
     metrics from the end of metrics.jsonl. Unreadable runs are rows with status "corrupt" and an
@@ -146,7 +146,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_run_info(root: Path, run_dir: str | Path) -> RunInfo:
-    """The run's run.json (config, task, command, provenance) as a RunInfo (training.rundir.read_run_info, also a
+    """The run's run.json (config, task, command, provenance) as a RunInfo (mixit_lab.training.rundir.read_run_info, also a
     Mapping of the file's sections); ValueError naming the file if it is damaged, OutsideRoot if it lies outside."""
     inside(root, Path(run_dir) / RUN_FILE)
     return _read_run_info(inside(root, run_dir))
@@ -162,7 +162,7 @@ def read_run_metrics(root: Path, run_dir: str | Path) -> pd.DataFrame:
 
 def read_run_analysis(root: Path, run_dir: str | Path) -> dict[str, Any] | None:
     """The run's analysis/analysis.json from `mixit analyze`, or None."""
-    from training.record import read_analysis
+    from mixit_lab.training.record import read_analysis
 
     inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
     return read_analysis(inside(root, run_dir))
@@ -210,10 +210,10 @@ def read_run_dynamics(root: Path, run_dir: str | Path) -> pd.DataFrame | None:
 def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
     """The run's latest checkpoint (or its kept checkpoint of `step`) as a model on the CPU, in eval mode.
 
-    FileNotFoundError if the run has no checkpoint yet; models.checkpoint.CheckpointError (a
+    FileNotFoundError if the run has no checkpoint yet; mixit_lab.models.checkpoint.CheckpointError (a
     ValueError) for a truncated or mismatched one. Both name the file.
     """
-    from models import load_model
+    from mixit_lab.models import load_model
 
     ckpt = checkpoint_dir(root, run_dir, step)
     if not (ckpt / CONFIG_FILE).is_file():
@@ -226,13 +226,13 @@ def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
 @lru_cache(maxsize=32)
 def _task(run_dir: str, stamp: tuple | None):
     """The run's task, rebuilt once per version of its run.json (`stamp`: its modification time and size)."""
-    from training import run_task as rebuild
+    from mixit_lab.training import run_task as rebuild
 
     return rebuild(run_dir)
 
 
 def run_task(root: Path, run_dir: str | Path):
-    """The run's algorithmic task, rebuilt from run.json (training.run_task); None for text tasks (their
+    """The run's algorithmic task, rebuilt from run.json (mixit_lab.training.run_task); None for text tasks (their
     corpus lies outside the runs directory, so their input is typed text instead)."""
     info = read_run_info(root, run_dir)
     if _task_class(info).needs_corpus:  # its corpus lies outside the runs directory
@@ -241,7 +241,7 @@ def run_task(root: Path, run_dir: str | Path):
 
 
 def can_patch_run(root: Path, run_dir: str | Path) -> bool:
-    """Whether head patching applies to a run's task (analysis.patching.can_patch), by its class."""
+    """Whether head patching applies to a run's task (mixit_lab.analysis.patching.can_patch), by its class."""
     from .patching import can_patch
 
     return can_patch(_task_class(read_run_info(root, run_dir)))
@@ -259,7 +259,7 @@ def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
 def _task_class(info: RunInfo):
     """The task class of a run (its RunInfo); the base Task (no corpus, not a classifier) for one
     that cannot be found."""
-    from training.run import run_task_class
+    from mixit_lab.training.run import run_task_class
 
     return run_task_class(info)
 
@@ -277,7 +277,7 @@ def stored_head_table(root: Path, run_dir: str | Path) -> tuple[pd.DataFrame, di
 
 def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tuple[pd.DataFrame, str]:
     """(head patching table, where it came from): analysis/patching.csv if `mixit analyze` stored it and no
-    model is given, else computed now on `model` (analysis.patching; ValueError if the task does not apply)."""
+    model is given, else computed now on `model` (mixit_lab.analysis.patching; ValueError if the task does not apply)."""
     if model is None:
         stored = read_run_table(root, run_dir, "patching")
         if stored is not None:
@@ -296,7 +296,7 @@ def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tu
 def components_table(root: Path, run_dir: str | Path, model=None, n: int = SHOWN_COMPONENT_ROWS) -> tuple[pd.DataFrame, str]:
     """(components table, where it came from): analysis/components.csv if `mixit analyze` stored it and no
     model is given, else computed now on `model` (or the final checkpoint) over `n` eval rows
-    (analysis.components; ValueError for a task without answer tokens)."""
+    (mixit_lab.analysis.components; ValueError for a task without answer tokens)."""
     if model is None:
         stored = read_run_table(root, run_dir, "components")
         if stored is not None:
@@ -393,7 +393,7 @@ class FigureLink:
 
 
 def figure_links(root: Path, names: list[str]) -> list[FigureLink]:
-    """Where `mixit reproduce` drew the figures `names` (e.g. figures.figures_for_group(a run's group)).
+    """Where `mixit reproduce` drew the figures `names` (e.g. mixit_lab.figures.figures_for_group(a run's group)).
 
     Paths come from reproduce.json's figures_dir_resolved. Files outside the runs directory are
     listed but never opened (nor checked for existence).

@@ -1,8 +1,8 @@
 """The explorer's computations on one model: its inputs, attention patterns, head grids, predictions and
-parameters, as plain functions (no Streamlit, no runs folder); `analysis.explore` re-exports them beside
+parameters, as plain functions (no Streamlit, no runs folder); `mixit_lab.analysis.explore` re-exports them beside
 what it reads from a runs folder.
 
-    from analysis.explore_model import attention_patterns, eval_example
+    from mixit_lab.analysis.explore_model import attention_patterns, eval_example
     patterns = attention_patterns(model, eval_example(task, 0).tokens)   # [layer, head, query, key]
 """
 
@@ -90,7 +90,7 @@ def ids_example(text: str, model, task=None) -> Example:
 
 def takes_text(model) -> bool:
     """Whether the model reads typed text: it carries a text tokenizer (lm, sentiment), not a task's vocabulary."""
-    from models.tokenizer import is_task_tokenizer
+    from mixit_lab.models.tokenizer import is_task_tokenizer
 
     tokenizer = getattr(model, "tokenizer", None)
     return tokenizer is not None and not is_task_tokenizer(tokenizer)
@@ -142,7 +142,7 @@ def head_kinds(model) -> list[list[str]]:
 
 def _softmax_head_kind(model, layer: int, head: int) -> str:
     """'softmax', or 'softmax, frozen Q/K' / 'frozen Q' / 'frozen K' when that head's query or key weights keep
-    their init (a frozen_qk model, a q or k freeze, or a head freeze such as qk@1.h2: models.freeze)."""
+    their init (a frozen_qk model, a q or k freeze, or a head freeze such as qk@1.h2: mixit_lab.models.freeze)."""
     masks = getattr(model, "frozen_masks", {})
     frozen = []
     for part in ("Q", "K"):
@@ -169,7 +169,7 @@ def is_fixed_attention(model) -> bool:
 
 
 def compute_head_table(model, n_seqs: int = SHOWN_HEAD_SEQS, seq_len: int = 32, seed: int = 0) -> tuple[pd.DataFrame, dict[str, float]]:
-    """(analysis.heads.head_scores, chance scores) on repeated random sequences that fit the context.
+    """(mixit_lab.analysis.heads.head_scores, chance scores) on repeated random sequences that fit the context.
 
     NoHeadScores if the context is too short for repeated sequences (n_ctx < 4).
     """
@@ -260,7 +260,7 @@ def default_position(example: Example) -> int:
 
 
 def parameter_table(model) -> pd.DataFrame:
-    """Trainable and frozen parameters per component of models.config.COMPONENTS (embed, pos, qk, v, o, mix, ...)."""
+    """Trainable and frozen parameters per component of mixit_lab.models.config.COMPONENTS (embed, pos, qk, v, o, mix, ...)."""
     df = pd.DataFrame(model.parameter_table())
     df["total"] = df["trainable"] + df["frozen"]
     return df

@@ -2,7 +2,7 @@
 (sink) and copying scores, on repeated random sequences [r, r]; and a task-aligned induction score
 on a task's own inputs.
 
-    from analysis.heads import head_scores, task_induction_scores
+    from mixit_lab.analysis.heads import head_scores, task_induction_scores
     scores = head_scores(model)             # a HeadScores
     df = scores.frame()                     # one row per (layer, head)
     scores.in_context_drop                  # first-half minus second-half loss, nats per token
@@ -273,9 +273,9 @@ def head_scores(
     """Scores of every head on `n_seqs` repeated random sequences [r, r], r of `seq_len` tokens.
 
     Args:
-        model: a models.Transformer (any variant) or another HookedRootModule with TransformerLens
+        model: a mixit_lab.models.Transformer (any variant) or another HookedRootModule with TransformerLens
             hook names and weight layout; it stays on its device (`model.cfg.device`). Or a run
-            directory / checkpoint path, loaded with `models.load_model`.
+            directory / checkpoint path, loaded with `mixit_lab.models.load_model`.
         n_seqs, seq_len, seed: the probe sequences (`repeated_tokens(model.cfg.d_vocab, ...)`);
             2 * seq_len must fit in the model's n_ctx.
         batch_size: sequences per forward pass.
@@ -454,7 +454,7 @@ def source_attention_scores(
     follows the tokens scores more on its own. NaN with one sequence.
 
     Args:
-        model: a models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks, or a
+        model: a mixit_lab.models.Transformer (any variant) or a HookedRootModule with hook_pattern hooks, or a
             run directory / checkpoint path.
         tokens: int64 [n, T] inputs (run without a padding mask).
         queries: int64 [R], the query positions scored in every row.
@@ -502,7 +502,7 @@ def task_induction_scores(
 ) -> SourceScores:
     """Task-aligned induction scores: `source_attention_scores` at the task's own answer sources.
 
-    `task` must define `answer_sources(tokens) -> (queries, sources)` (training.tasks.KHop does:
+    `task` must define `answer_sources(tokens) -> (queries, sources)` (mixit_lab.training.tasks.KHop does:
     the position predicting y_i, and the two positions holding its answer, the letter in X and
     its aligned position in the answer part; -1 where y_i is null). Unlike `head_scores`,
     which probes with repeated random tokens [r, r] a k-hop model never sees, this measures the

@@ -1,6 +1,6 @@
 """Memorization: how many bits of a random labelling a model stores, per parameter.
 
-    from analysis.memory import memorized_bits, capacity_sweep
+    from mixit_lab.analysis.memory import memorized_bits, capacity_sweep
     row = memorized_bits(model, get_task("memorize", n=16, d=2))   # one-row DataFrame
     row["bits_per_trainable_param"]
 
@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from training.tasks import Task
-from training.loss import masked_logits
+from mixit_lab.training.tasks import Task
+from mixit_lab.training.loss import masked_logits
 
 from .common import ModelOrPath, as_model, batches, check_positive_int, model_and_task, model_device
 
@@ -82,9 +82,9 @@ def memorized_bits(
     """Accuracy, memorized bits and bits per trainable / total parameter, as a one-row DataFrame.
 
     Args:
-        model: a models.Transformer with an unembedding; it stays on its device. Or a run directory /
+        model: a mixit_lab.models.Transformer with an unembedding; it stays on its device. Or a run directory /
             checkpoint path: given neither task nor tokens, the run's own task is rebuilt.
-        task: a memorization task (its class's `eval_is_train`, e.g. training.get_task("memorize", n=..., d=...)):
+        task: a memorization task (its class's `eval_is_train`, e.g. mixit_lab.training.get_task("memorize", n=..., d=...)):
             its whole eval set (memorize: all n^d keys) is scored over its `label_ids` (memorize: its n label
             tokens; a task without a label set: the whole vocabulary). Other tasks are refused; pass data instead.
         tokens, mask: any other labelled dataset, int64 / bool [N, pos] as the tasks produce them
@@ -165,7 +165,7 @@ def capacity_sweep(
 ) -> pd.DataFrame:
     """Train `variant` on `memorize` with n^d keys for each n in `ns`, and measure memorized bits.
 
-    Each size trains through `training.train` into `out_dir/n{n}_d{d}` (finished runs are reused,
+    Each size trains through `mixit_lab.training.train` into `out_dir/n{n}_d{d}` (finished runs are reused,
     interrupted ones resumed); `train_fields` are further TrainConfig fields. Memorized bits grow
     with the dataset until the model's capacity is reached, then level off.
 
@@ -175,8 +175,8 @@ def capacity_sweep(
         and saturated (True if the largest dataset was memorized to less than 90% of its
         N log2 |Y|, i.e. the sweep went past capacity; if False, plateau_bits is a lower bound).
     """
-    from models import load_model
-    from training import TrainConfig, get_task, train
+    from mixit_lab.models import load_model
+    from mixit_lab.training import TrainConfig, get_task, train
 
     ns = [check_positive_int("n", n, 2) for n in ns]
     if not ns:

@@ -2,7 +2,7 @@
 and the report so that both read the one copy."""
 
 # Numbers the paper reports (Dong et al. 2025), as quoted in this project's reproduction issue; the report's
-# tables (reproduce.report), its scale section (reproduce.emergence) and the scale figures compare with them.
+# tables (mixit_lab.reproduce.report), its scale section (mixit_lab.reproduce.emergence) and the scale figures compare with them.
 # Accuracies in %, LM in validation log-perplexity (WikiText-103), memorization in bits per trainable parameter.
 PAPER = {
     "retrieval": {"standard": 100.0, "frozen_mlp": 100.0, "frozen_qk": 97.0, "mixit": 11.2},

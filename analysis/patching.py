@@ -21,7 +21,7 @@ gives clean rows and corrupted twins in which only the answer changes: retrieval
 the queried pair; k-hop another letter at the position an induction head must read (`KHop.hop_sources`),
 the answer part recomputed; the metric is the logit difference at the position that predicts the answer.
 
-    from analysis.patching import head_patching, patch_heads
+    from mixit_lab.analysis.patching import head_patching, patch_heads
     result = head_patching(model, task, n=64)     # a HeadPatching: .clean, .corrupted, ...
     table = result.frame()                        # one row per (layer, head): restored fraction
     table = head_patching("runs/khop1-standard").frame()  # a run directory: its model and task
@@ -75,7 +75,7 @@ def can_patch(task_or_class) -> bool:
 
 
 def patching_pairs(task, n: int = 64, seed: int = 0) -> PatchingPairs:
-    """`n` clean/corrupted pairs from the task's own `patching_pairs(n, seed)` (training.tasks.Task's protocol);
+    """`n` clean/corrupted pairs from the task's own `patching_pairs(n, seed)` (mixit_lab.training.tasks.Task's protocol);
     ValueError for a task without one, or whose settings it refuses."""
     if not can_patch(task):
         raise ValueError(f"patching: task {task.name!r} has no patching_pairs method (retrieval, 1-hop k-hop and tasks "
@@ -188,7 +188,7 @@ def patch_heads(
     """Patch each head's clean output into the corrupted run; per (layer, head) the metric and the fraction restored.
 
     Args:
-        model: a models.Transformer (or HookedRootModule with `hook_z`), or a run directory / checkpoint path.
+        model: a mixit_lab.models.Transformer (or HookedRootModule with `hook_z`), or a run directory / checkpoint path.
         clean_tokens, corrupted_tokens: int64 [batch, pos], the same shape.
         metric: logits [batch, pos, d_vocab] -> scalar tensor, as TransformerLens's patching takes it ...
         answer_tokens: ... or int64 [batch, 2] (clean answer, corrupted answer) for the built-in logit

@@ -1,14 +1,14 @@
 """Read a directory of runs into tables: the one loader behind the report, the figures and the explorer.
 
-    from analysis.runs import load_runs, read_metrics, read_analysis_table
+    from mixit_lab.analysis.runs import load_runs, read_metrics, read_analysis_table
     runs = load_runs("runs/quick")          # one row per run directory (run.json) found below the root
     curve = read_metrics(runs.path[0])      # metrics.jsonl as a DataFrame (step, loss, eval_loss, ...)
 
 The layout of a run directory and of a runs folder, and how runs are found, belong to
-training.rundir; this module turns them into tables. A runs folder whose learning rates were tuned holds its
-tuning record (training.tuning, `TUNING_FILE`): each run's `tuning_key` names its setting, and `selected` says
+mixit_lab.training.rundir; this module turns them into tables. A runs folder whose learning rates were tuned holds its
+tuning record (mixit_lab.training.tuning, `TUNING_FILE`): each run's `tuning_key` names its setting, and `selected` says
 whether the run is at its setting's chosen learning rate (every run of an untuned setting is); the report, the
-figures and the explorer read the selected runs (`reported`). A run's `group` is training.rundir.group_of its
+figures and the explorer read the selected runs (`reported`). A run's `group` is mixit_lab.training.rundir.group_of its
 study. Nothing here trains or writes; a broken run becomes a row with status "corrupt" and an
 `error` message instead of an exception, and a damaged analysis table reads as absent (with a warning naming
 it); `damaged_files` lists both, for the report and the explorer to show.
@@ -24,16 +24,16 @@ from typing import Any
 
 import pandas as pd
 
-from models.checkpoint import WEIGHTS_FILE
-from models.config import grid_label
-from training.config import TrainConfig
-from training.pool import fork_workers, forked_map
-from training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record
-from training.rundir import (
+from mixit_lab.models.checkpoint import WEIGHTS_FILE
+from mixit_lab.models.config import grid_label
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.pool import fork_workers, forked_map
+from mixit_lab.training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record
+from mixit_lab.training.rundir import (
     ANALYSIS_DIR, ANALYSIS_FILE, ANALYSIS_TABLE, CHECKPOINT_DIR, TUNING_FILE, UNFINISHED, find_runs, group_of,
     read_metric_records,
 )
-from training.tuning import Tuning, tuning_key
+from mixit_lab.training.tuning import Tuning, tuning_key
 
 PARALLEL_FROM = 256  # runs: a smaller folder is read in this process (forking would cost more than it saves)
 
@@ -68,7 +68,7 @@ def task_label(task: str, params: dict[str, Any]) -> str:
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> dict[str, Any]:
-    """One run as a row (see COLUMNS), from its RunRecord (training.record.read_run_record). Status: finished |
+    """One run as a row (see COLUMNS), from its RunRecord (mixit_lab.training.record.read_run_record). Status: finished |
     diverged | error | ... (from summary.json), running (no summary yet: interrupted or in progress) or corrupt
     (a damaged run.json or summary.json). `error` holds why a run did not finish: summary.json's message for any
     status but finished, the damaged file's name and what is wrong with it for a corrupt one."""
@@ -108,7 +108,7 @@ def load_runs(root: str | Path, workers: int | None = None) -> pd.DataFrame:
 
     One walk of the folder and one read of each run's files: a caller that needs the table several times
     (the report, the figures) builds it once and passes it on. A large folder is read by `workers` forked
-    processes (training.pool.forked_map; default: one per usable core where forking is safe)."""
+    processes (mixit_lab.training.pool.forked_map; default: one per usable core where forking is safe)."""
     root = Path(root)
     paths = find_runs(root)
     n = 1 if len(paths) < PARALLEL_FROM else fork_workers(workers, len(paths), torch_in_children=False)
@@ -174,7 +174,7 @@ def tuning_runs(root: str | Path) -> pd.DataFrame:
 
 
 def by_loss(runs: pd.DataFrame) -> pd.Series:
-    """Per row, whether the run is judged by its loss rather than accuracy (training.record.judged_by_loss): as its
+    """Per row, whether the run is judged by its loss rather than accuracy (mixit_lab.training.record.judged_by_loss): as its
     summary recorded it (`headline`), else as its task says; rows without a `headline` column (reference
     records) ask the task."""
     headlines = runs["headline"] if "headline" in runs else pd.Series(None, index=runs.index, dtype=object)

@@ -1,6 +1,6 @@
 """Signal propagation: how similar token representations become as depth grows (rank collapse).
 
-    from analysis.signal import signal_propagation, signal_propagation_model
+    from mixit_lab.analysis.signal import signal_propagation, signal_propagation_model
     df = signal_propagation(variants=("random", "mixit"), depths=(2, 32))   # fresh models
     df = signal_propagation_model(trained_model, tokens)                     # one (trained) model
 
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from models import VARIANTS, ModelConfig, build_model
+from mixit_lab.models import VARIANTS, ModelConfig, build_model
 
 from .common import cached_batches, check_positive_int, random_tokens
 
@@ -64,7 +64,7 @@ def signal_propagation_model(
     """cosine / covariance / variance after every layer of one model, averaged over sequences.
 
     Args:
-        model: a models.Transformer (fresh or trained); it stays on its device.
+        model: a mixit_lab.models.Transformer (fresh or trained); it stays on its device.
         tokens: int64 [batch, pos], pos >= 2; default `n_seqs` random sequences of n_ctx tokens.
 
     Returns:

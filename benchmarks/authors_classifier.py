@@ -36,11 +36,11 @@ def translate_classifier(run: dict) -> dict:
 def sentiment_inputs(run: dict, text_files: list[str] | None = None) -> dict:
     """What the runner gives their classifier in place of the Hub's: our study's tokenizer (JSON), its special
     tokens, the labelled split (texts and class indices) and our token rows of both splits, to check theirs by."""
-    from models.tokenizer import BOS_TOKEN, PAD_TOKEN
-    from reproduce.corpora import choose_text
-    from training.tasks.corpora import with_tuning_split
-    from training.tasks.text import load_labelled_corpus
-    from training.tasks.registry import get_task
+    from mixit_lab.models.tokenizer import BOS_TOKEN, PAD_TOKEN
+    from mixit_lab.reproduce.corpora import choose_text
+    from mixit_lab.training.tasks.corpora import with_tuning_split
+    from mixit_lab.training.tasks.text import load_labelled_corpus
+    from mixit_lab.training.tasks.registry import get_task
 
     kind = run.get("text", "sentiment")  # the study's corpus: the 1,000 sentences, or SST-2 (sst2)
     choice = choose_text(kind, text_files)

@@ -112,7 +112,7 @@ parameter count (requires_grad after all their freezing; their own printed count
 `--freeze_attention`/`--freeze_mlp` apply), for the streaming tasks our "sequence" accuracy (every answer
 token of a row right, as in training/tasks/algorithmic.py) on their eval set, and for memorization the
 logits over their n label tokens for every key, from which this file computes memorized bits with our
-`analysis.memory.bits_from_logits` (bits = sum of max(0, log2 n + log2 p(y|x)), softmax over the label
+`mixit_lab.analysis.memory.bits_from_logits` (bits = sum of max(0, log2 n + log2 p(y|x)), softmax over the label
 tokens only) and divides by their trainable parameter count.
 
 Their metrics and ours (each record's `value` is their `compute_metrics` accuracy in %):
@@ -187,7 +187,7 @@ ABOUT = (
     "settings of our preset studies by benchmarks/authors_reference.py (its docstring lists every run-time "
     "change). value: their compute_metrics accuracy in % on their eval set, after their final evaluate(); "
     "accuracy: the same as a fraction; eval_loss: their final eval loss (their loss mask); eval_items: rows in their eval set; sequence_accuracy (streaming tasks): our row-level metric on their eval "
-    "set; memorize: bits_per_trainable_param = our analysis.memory bits over their trainable parameters, "
+    "set; memorize: bits_per_trainable_param = our mixit_lab.analysis.memory bits over their trainable parameters, "
     "label_accuracy = argmax over the label tokens. Their optimizer (AdamW betas 0.9/0.999, cosine to 0), "
     "init (0.02 everywhere) and fp32 on CPU. Sentiment: trainer_classifier.py (linear decay to 0) with our "
     "study's tokenizer and labelled split in place of the Hub's (their token ids equal ours, checked per run)."
@@ -197,14 +197,14 @@ ABOUT = (
 # --------------------------------------------------------------------------- our side: the runs of a study
 def study_runs(preset, study_name: str, task: str | None = None, variants: list[str] | None = None,
                seeds: list[int] | None = None, tuning: str | None = None, schedule: str = "ours") -> list[dict]:
-    """Our settings of every run of `study_name` in `preset` (a reproduce.preset.Preset), one dict per run, as
+    """Our settings of every run of `study_name` in `preset` (a mixit_lab.reproduce.preset.Preset), one dict per run, as
     `mixit reproduce` trains them: a tuned study's settings each at the learning rate chosen for it (the preset's
     recorded tuning, or `tuning`, a tuning.json). `schedule` "authors": their scripts' default warmup instead of ours
     (the record says so)."""
-    from reproduce.corpora import TextChoice, choose_text
-    from reproduce.pipeline import preset_runs
-    from reproduce.tuning import plan_tuning
-    from training.tuning import PATH_PARAMS
+    from mixit_lab.reproduce.corpora import TextChoice, choose_text
+    from mixit_lab.reproduce.pipeline import preset_runs
+    from mixit_lab.reproduce.tuning import plan_tuning
+    from mixit_lab.training.tuning import PATH_PARAMS
 
     if study_name not in preset.studies:
         raise SystemExit(f"study {study_name!r} is not in preset {preset.name!r}: {', '.join(preset.studies)}")
@@ -435,7 +435,7 @@ def run_one(run: dict, repo: Path, python: str, threads: int, commit: str, log_d
             import numpy as np
             import torch
 
-            from analysis.memory import bits_from_logits
+            from mixit_lab.analysis.memory import bits_from_logits
 
             logits = torch.from_numpy(np.load(str(work / "result.json") + ".logits.npy"))
             labels = torch.from_numpy(np.load(str(work / "result.json") + ".labels.npy"))
@@ -495,8 +495,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
 
-    from reproduce.preset import load_preset
-    from reproduce.reference import REFERENCE_FILE
+    from mixit_lab.reproduce.preset import load_preset
+    from mixit_lab.reproduce.reference import REFERENCE_FILE
 
     study = load_preset(a.preset).studies.get(a.study)
     if study is not None and study.text in NOT_RUNNABLE:

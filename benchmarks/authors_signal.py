@@ -4,7 +4,7 @@ at initialization, beside ours, at a preset's `signal:` settings.
     python benchmarks/authors_signal.py --authors-repo ../MixiT --authors-python ../authors-env/bin/python \\
         --preset quick [--preset paper] --out reproduce/authors_reference.json [--compare] [--dry-run]
 
-Our signal stage (reproduce.pipeline.signal_stage, analysis.signal.signal_propagation) builds, per variant,
+Our signal stage (mixit_lab.reproduce.pipeline.signal_stage, mixit_lab.analysis.signal.signal_propagation) builds, per variant,
 width, depth and seed, a fresh model and measures the token covariance and cosine of its residual stream on
 `n_seqs` random sequences of `n_ctx` distinct tokens. This file does the same with the authors' model:
 
@@ -26,11 +26,11 @@ width, depth and seed, a fresh model and measures the token covariance and cosin
   noise the layer keeps (`mixing_noise`, `mixing_noise_drift`). The runner first checks that the same formula
   gives back heads 1.. exactly, i.e. that it is their construction. Only `sink_head: false` can be switched on
   their side; a control setting any other model field is refused.
-* Inputs: the same token ids as ours (analysis.common.random_tokens with the same seed, computed here and
+* Inputs: the same token ids as ours (mixit_lab.analysis.common.random_tokens with the same seed, computed here and
   handed over), the whole batch at once.
 * Measurement: their residual stream before the first decoder layer (token embedding, plus `wpe` for mixing)
   and after the last one (its output, before their final norm), captured with forward hooks and measured here
-  with our own `analysis.signal.token_similarity`, averaged over the sequences: the same numbers as our
+  with our own `mixit_lab.analysis.signal.token_similarity`, averaged over the sequences: the same numbers as our
   layer 0 and last layer. Table 7 reads the last layer.
 
 Nothing of theirs is copied or edited: `authors_signal.py --run SPEC.json` is this same file started in their
@@ -38,7 +38,7 @@ Python (it imports only the standard library at the top), which imports their mo
 and writes the captured residual streams as .npy files into a scratch folder. Records (one per variant, width,
 depth and seed; `task: signal`; `covariance`, `cosine`, `variance` of the last layer, `*_layer0` of the first
 layer's input; `model_overrides` the ModelConfig fields of a control, e.g. `sink_head: false`) are merged into
-`--out` with benchmarks/authors_reference.py's merge, and reproduce.reference.reference_signal turns them into
+`--out` with benchmarks/authors_reference.py's merge, and mixit_lab.reproduce.reference.reference_signal turns them into
 the report's reference Table 7. `--compare` also runs our signal study at the same settings and prints both
 side by side.
 """
@@ -144,7 +144,7 @@ def run_spec(spec_path: str) -> None:
 # --------------------------------------------------------------------------- our side
 def signal_jobs(block: dict[str, Any]) -> list[dict]:
     """One job per (variant or control, width, depth, seed) of a preset's `signal:` block, in their terms."""
-    from reproduce.reference import signal_labels, signal_settings
+    from mixit_lab.reproduce.reference import signal_labels, signal_settings
 
     s = signal_settings(block)
     jobs = []
@@ -179,10 +179,10 @@ def describe(job: dict) -> str:
 
 
 def measure(arrays, n_seqs: int) -> dict[str, float]:
-    """Our token similarity (analysis.signal.token_similarity) of [2, batch, pos, d] residual streams."""
+    """Our token similarity (mixit_lab.analysis.signal.token_similarity) of [2, batch, pos, d] residual streams."""
     import torch
 
-    from analysis.signal import MEASURES, token_similarity
+    from mixit_lab.analysis.signal import MEASURES, token_similarity
 
     out = {}
     for where, resid in (("layer0", arrays[0]), ("last", arrays[1])):
@@ -202,7 +202,7 @@ def run_theirs(jobs: list[dict], preset: str, repo: Path, python: str, threads: 
 
     import numpy as np
 
-    from analysis.common import random_tokens
+    from mixit_lab.analysis.common import random_tokens
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from authors_reference import _commit, _machine
@@ -252,8 +252,8 @@ def ours(block: dict[str, Any]):
     """Our signal study at the block's settings, as the signal stage computes it (last-layer rows, Table 7)."""
     import pandas as pd
 
-    from analysis.signal import signal_propagation
-    from reproduce.reference import signal_labels, signal_settings
+    from mixit_lab.analysis.signal import signal_propagation
+    from mixit_lab.reproduce.reference import signal_labels, signal_settings
 
     s = signal_settings(block)
     common = {k: s[k] for k in ("depths", "widths", "seeds", "n_heads", "n_ctx", "d_vocab", "n_seqs")}
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from authors_reference import merge_records
 
-    from reproduce.preset import load_preset
+    from mixit_lab.reproduce.preset import load_preset
 
     for name in a.preset:
         preset = load_preset(name)

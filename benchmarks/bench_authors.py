@@ -52,7 +52,7 @@ def build(who: str, shape: tuple[int, ...], variant: str, authors_repo: str | No
             return model(input_ids=x, labels=x).loss
     else:
         sys.path.insert(0, str(ROOT))
-        from models import ModelConfig, build_model
+        from mixit_lab.models import ModelConfig, build_model
 
         model = build_model(ModelConfig(variant=variant, d_model=d, n_layers=layers, n_heads=heads, n_ctx=seq,
                                         d_vocab=vocab, seed=0)).train()
@@ -63,7 +63,7 @@ def build(who: str, shape: tuple[int, ...], variant: str, authors_repo: str | No
     if who == "authors":  # AdamW's defaults, as their trainers get it from transformers' Trainer
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     else:  # the trainer's AdamW (fused on CPU)
-        from training.optim import build_optimizer
+        from mixit_lab.training.optim import build_optimizer
 
         optimizer = build_optimizer(model, 1e-4, 0.0, (0.9, 0.999), torch.device("cpu"))
     return loss_fn, optimizer, tokens
@@ -114,7 +114,7 @@ def main() -> None:
         sys.exit(f"--authors-repo {args.authors_repo}: no modeling_llama.py there (clone princeton-pli/MixiT)")
     sys.path.insert(0, str(ROOT))
     from bench_step import SHAPES  # noqa: E402 (beside this file)
-    from training.machine import KEPT_MALLOC_SETTINGS
+    from mixit_lab.training.machine import KEPT_MALLOC_SETTINGS
 
     # keep_freed_memory()'s settings, from the start of each worker (their interpreter cannot import ours).
     kept = {**os.environ, "GLIBC_TUNABLES": ":".join(f"glibc.malloc.{k}={v}" for k, v in KEPT_MALLOC_SETTINGS.items())}

@@ -1,10 +1,10 @@
-"""Time `analysis.heads.head_scores` (all scores of every head, copying included) per variant.
+"""Time `mixit_lab.analysis.heads.head_scores` (all scores of every head, copying included) per variant.
 
     python benchmarks/bench_heads.py                       # 4 layers, 8 heads, d_model 128, 64 sequences of 2 x 64
     python benchmarks/bench_heads.py --d-model 256 --variants standard mixit --device cuda
 
 Prints one line per variant: the median wall time of one head_scores call over --repeats calls
-(after one warm-up call), and the same for analysis.attention.attention_stats on 64 random
+(after one warm-up call), and the same for mixit_lab.analysis.attention.attention_stats on 64 random
 sequences of the same length for comparison.
 """
 
@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from analysis.attention import attention_stats  # noqa: E402
-from analysis.heads import head_scores  # noqa: E402
-from models import VARIANTS, ModelConfig, build_model  # noqa: E402
+from mixit_lab.analysis.attention import attention_stats  # noqa: E402
+from mixit_lab.analysis.heads import head_scores  # noqa: E402
+from mixit_lab.models import VARIANTS, ModelConfig, build_model  # noqa: E402
 
 
 def timed(fn, repeats: int, device: torch.device) -> float:

@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models.attention.kernels import (  # noqa: E402
+from mixit_lab.models.attention.kernels import (  # noqa: E402
     KEYS_FIRST_MAX_LEN, KEYS_OUTER_MAX_LEN, MATH_ATTENTION_MAX_LEN, MIX_PER_HEAD_MAX_D_HEAD)
-from training.tasks import TrainStream  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
-from training.loss import task_loss  # noqa: E402
-from training.machine import keep_freed_memory  # noqa: E402
-from models import build_model  # noqa: E402
+from mixit_lab.training.tasks import TrainStream  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.loss import task_loss  # noqa: E402
+from mixit_lab.training.machine import keep_freed_memory  # noqa: E402
+from mixit_lab.models import build_model  # noqa: E402
 
 # (batch, heads, positions, d_head): memorize, modular addition, 3-digit addition (16 heads),
 # retrieval (8 pairs), k-hop, the LM study; bench_step.py's algorithmic and LM shapes.

@@ -57,7 +57,7 @@ print(json.dumps({{"first": first, "again": time.perf_counter() - start, "errors
 
 
 def mixit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mixit_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), **_env()})
 
 
@@ -130,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     runs = build(out, args.seeds)
-    python = [sys.executable, "-m", "cli"]
+    python = [sys.executable, "-m", "mixit_lab.cli"]
     print(f"{runs} finished, analysed runs in {out / 'runs'}; seconds, whole process:")
     print(f"{'':<34} {'min':>7} {'median':>7} {'max':>7}")
     print(line("mixit reproduce (nothing to do)", timed([*python, *reproduce_args(out)], out, args.repeats)))

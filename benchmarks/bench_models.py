@@ -6,7 +6,7 @@
 
 Prints one line per variant with parameter counts, tokens/s and time per sample relative to
 standard (the paper reports frozen_qk and mixit as 23.9% and 32.0% faster per sample). The
-measurement is training.benchmark.measure_throughput.
+measurement is mixit_lab.training.benchmark.measure_throughput.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from models import VARIANTS  # noqa: E402
-from training.benchmark import measure_throughput  # noqa: E402
+from mixit_lab.models import VARIANTS  # noqa: E402
+from mixit_lab.training.benchmark import measure_throughput  # noqa: E402
 
 
 def main() -> None:

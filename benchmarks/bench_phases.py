@@ -26,17 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from models import build_model  # noqa: E402
-from models.seeds import derive_seed  # noqa: E402
-from reproduce.corpora import choose_text  # noqa: E402
-from reproduce.pipeline import preset_runs  # noqa: E402
-from reproduce.preset import TEXT_KINDS, load_preset  # noqa: E402
-from training.tasks import TrainStream  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
-from training.loss import task_loss  # noqa: E402
-from training.machine import keep_freed_memory, pick_device  # noqa: E402
-from training.optim import build_optimizer  # noqa: E402
-from training.precision import autocast_for  # noqa: E402
+from mixit_lab.models import build_model  # noqa: E402
+from mixit_lab.models.seeds import derive_seed  # noqa: E402
+from mixit_lab.reproduce.corpora import choose_text  # noqa: E402
+from mixit_lab.reproduce.pipeline import preset_runs  # noqa: E402
+from mixit_lab.reproduce.preset import TEXT_KINDS, load_preset  # noqa: E402
+from mixit_lab.training.tasks import TrainStream  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.loss import task_loss  # noqa: E402
+from mixit_lab.training.machine import keep_freed_memory, pick_device  # noqa: E402
+from mixit_lab.training.optim import build_optimizer  # noqa: E402
+from mixit_lab.training.precision import autocast_for  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "clip", "optimizer")
 

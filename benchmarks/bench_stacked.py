@@ -34,9 +34,9 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402
 
-from models import ModelConfig, build_model  # noqa: E402
-from training.machine import keep_freed_memory  # noqa: E402
-from training.precision import autocast_for  # noqa: E402
+from mixit_lab.models import ModelConfig, build_model  # noqa: E402
+from mixit_lab.training.machine import keep_freed_memory  # noqa: E402
+from mixit_lab.training.precision import autocast_for  # noqa: E402
 
 HEADS = {"mixit": 16, "standard": 4}  # as in the quick preset's algorithmic studies
 

@@ -32,10 +32,10 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models import ModelConfig, build_model  # noqa: E402
-from training.machine import keep_freed_memory  # noqa: E402
-from training.optim import build_optimizer  # noqa: E402
-from training.precision import autocast_for  # noqa: E402
+from mixit_lab.models import ModelConfig, build_model  # noqa: E402
+from mixit_lab.training.machine import keep_freed_memory  # noqa: E402
+from mixit_lab.training.optim import build_optimizer  # noqa: E402
+from mixit_lab.training.precision import autocast_for  # noqa: E402
 
 # name: (d_model, n_layers, n_heads, batch, seq, vocab)
 SHAPES = {

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without installing
 
-from training.tasks import TASKS, TrainStream, get_task  # noqa: E402
+from mixit_lab.training.tasks import TASKS, TrainStream, get_task  # noqa: E402
 
 
 def time_call(fn, repeats: int) -> tuple[float, float]:

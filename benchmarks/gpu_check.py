@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 from paper_cost import study_runs  # noqa: E402
-from reproduce.preset import load_preset  # noqa: E402
-from training.tasks import TASKS  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
-from training.trainer import train  # noqa: E402
+from mixit_lab.reproduce.preset import load_preset  # noqa: E402
+from mixit_lab.training.tasks import TASKS  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.trainer import train  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"  # the corpora beside the checkout (see its README); --data elsewhere
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]
@@ -199,11 +199,11 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
 
 def torchrun_one(work: Path, device: str, dry: bool) -> dict[str, Any]:
     """A one-process torchrun run (NCCL on CUDA, gloo on a CPU): trains through the process group and DDP."""
-    from training.parallel import torchrun_command
+    from mixit_lab.training.parallel import torchrun_command
 
     run_dir = work / "torchrun"
     steps = "20" if dry else "200"
-    result = run(torchrun_command(1, ["cli", "train", *SMALL_RUN, "--variant", "mixit", "--steps", steps,
+    result = run(torchrun_command(1, ["mixit_lab.cli", "train", *SMALL_RUN, "--variant", "mixit", "--steps", steps,
                                       "--device", device, "--quiet", "--out", str(run_dir)]))
     summary = run_dir / "summary.json"
     result["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
@@ -214,7 +214,7 @@ def torchrun_one(work: Path, device: str, dry: bool) -> dict[str, Any]:
 
 def device_logits(run_dir: Path, device: str) -> dict[str, torch.Tensor]:
     """The run's model on `device` in float32, on a fixed batch: the tokens and its logits, to compare on a CPU."""
-    from models import load_model
+    from mixit_lab.models import load_model
 
     model = load_model(run_dir, device).eval()
     tokens = torch.randint(0, model.config.d_vocab, (8, model.config.n_ctx), generator=torch.Generator().manual_seed(0))
@@ -231,7 +231,7 @@ def cuda_runs(out: Path, work: Path, device: str, dry: bool) -> dict[str, Any]:
     bundle, results = work / "bundle", {}
     for variant in ("standard", "mixit"):
         run_dir = bundle / "runs" / "retrieval" / variant
-        results[variant] = run([sys.executable, "-m", "cli", "train", *SMALL_RUN, "--variant", variant, "--steps",
+        results[variant] = run([sys.executable, "-m", "mixit_lab.cli", "train", *SMALL_RUN, "--variant", variant, "--steps",
                                 "20" if dry else "300", "--device", device, "--quiet", "--out", str(run_dir)])
         if results[variant]["rc"] == 0:
             (bundle / "logits").mkdir(parents=True, exist_ok=True)
@@ -260,7 +260,7 @@ def open_on_cpu(tarball: Path, out: Path) -> dict[str, Any]:
     """Unpack the device's runs; on the CPU: the same logits, `mixit analyze`, the explorer's pages."""
     from safetensors.torch import load_file
 
-    from models import load_model
+    from mixit_lab.models import load_model
 
     with tarfile.open(tarball) as tar:
         tar.extractall(out, filter="data")
@@ -272,7 +272,7 @@ def open_on_cpu(tarball: Path, out: Path) -> dict[str, Any]:
         with torch.no_grad():
             here = load_model(run_dir, "cpu").eval()(saved["tokens"]).float()
         error = float((here - saved["logits"]).norm() / saved["logits"].norm())
-        analyze = run([sys.executable, "-m", "cli", "analyze", str(run_dir), "--device", "cpu", "--n-seqs", "8",
+        analyze = run([sys.executable, "-m", "mixit_lab.cli", "analyze", str(run_dir), "--device", "cpu", "--n-seqs", "8",
                        "--seq-len", "16", "--eval-samples", "64"], env=env)
         results[variant] = {"logits_relative_error": error, "analyze_rc": analyze["rc"],
                             "analysis": (run_dir / "analysis" / "analysis.json").is_file(), "tail": analyze["tail"]}

@@ -41,12 +41,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from gpu_check import python_env, shapes, short_config  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
-from models import build_model  # noqa: E402
-from training.loss import masked_loss  # noqa: E402
-from training.parallel import Ranks  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
-from training.trainer import _Loop  # noqa: E402
+from mixit_lab.models.config import ModelConfig  # noqa: E402
+from mixit_lab.models import build_model  # noqa: E402
+from mixit_lab.training.loss import masked_loss  # noqa: E402
+from mixit_lab.training.parallel import Ranks  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.trainer import _Loop  # noqa: E402
 
 DATASHEET_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16
 LM_VOCAB = 27_000  # the paper preset's LM vocabulary on its corpora (docs/benchmarks.md)

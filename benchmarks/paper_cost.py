@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from models import VARIANTS, ModelConfig, build_model  # noqa: E402
-from reproduce.preset import load_preset  # noqa: E402
-from training.tasks import TASKS, get_task  # noqa: E402
-from models.config import grid_extra  # noqa: E402
-from training.sweep import variant_entry  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
-from training.precision import autocast_for  # noqa: E402
+from mixit_lab.models import VARIANTS, ModelConfig, build_model  # noqa: E402
+from mixit_lab.reproduce.preset import load_preset  # noqa: E402
+from mixit_lab.training.tasks import TASKS, get_task  # noqa: E402
+from mixit_lab.models.config import grid_extra  # noqa: E402
+from mixit_lab.training.sweep import variant_entry  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.precision import autocast_for  # noqa: E402
 
 
 def shape_of(task: str, params: dict) -> tuple[int, int, int | None]:

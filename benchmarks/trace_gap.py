@@ -13,7 +13,7 @@ betas written `0.9/0.999`), `model.<field>` for a ModelConfig field passed throu
 `task.tokenizer=bpe-llama3`). Values are read as YAML scalars (`0`, `0.5`, `true`, `null`, `epochs`).
 
 Metric: for a memorization task (its class's `eval_is_train`, e.g. `memorize`) the bits per trainable
-parameter of `analysis.memory.memorized_bits` (what the reproduce pipeline's analysis stage reports) and its
+parameter of `mixit_lab.analysis.memory.memorized_bits` (what the reproduce pipeline's analysis stage reports) and its
 label accuracy, plus the trainer's final eval accuracy; for other tasks the trainer's final eval accuracy
 (`eval_acc` of its summary). It prints one table (run, switch, per-seed values, median) and writes JSON
 (`--out`). Runs live under `--work` (default: a new temp folder), one folder per study, so that the runs of a
@@ -44,8 +44,8 @@ for _path in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(_path))
 
 from authors_reference import study_runs  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
-from training.config import TrainConfig  # noqa: E402
+from mixit_lab.models.config import ModelConfig  # noqa: E402
+from mixit_lab.training.config import TrainConfig  # noqa: E402
 
 BASELINE = "baseline"
 ALL = "all"
@@ -75,7 +75,7 @@ class Switch:
 
 
 def allowed_keys() -> list[str]:
-    from training.tasks import task_parameters
+    from mixit_lab.training.tasks import task_parameters
 
     train = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RUN_FIELDS]
     model = [f"model.{f.name}" for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_TRAIN]
@@ -159,9 +159,9 @@ def parse_task_params(items: list[str]) -> dict[str, list[Any]]:
 def baseline_runs(preset_name: str, study: str, task_params: dict[str, list[Any]], variants: list[str] | None,
                   seeds: list[int] | None) -> list[tuple[str, TrainConfig]]:
     """(run name, TrainConfig) of each selected run of the study, built as the reproduce pipeline builds it."""
-    from reproduce.corpora import choose_text
-    from reproduce.preset import load_preset
-    from training.sweep import expand_grid_models
+    from mixit_lab.reproduce.corpora import choose_text
+    from mixit_lab.reproduce.preset import load_preset
+    from mixit_lab.training.sweep import expand_grid_models
 
     preset = load_preset(preset_name)
     spec = preset.studies.get(study)
@@ -192,8 +192,8 @@ def baseline_runs(preset_name: str, study: str, task_params: dict[str, list[Any]
 def train_and_measure(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or reuse) the run in run_dir; its metrics: eval_acc, and for memorization bits_per_param and
     label_accuracy."""
-    from analysis.memory import is_memorization_task, memorized_bits
-    from training.trainer import train
+    from mixit_lab.analysis.memory import is_memorization_task, memorized_bits
+    from mixit_lab.training.trainer import train
 
     summary = train(cfg, run_dir, resume=True, progress=False, argv=["benchmarks/trace_gap.py"])
     row: dict[str, Any] = {"run_dir": str(run_dir), "status": summary["status"], "eval_acc": summary.get("eval_acc"),
@@ -212,7 +212,7 @@ def metric_names(rows: list[dict[str, Any]]) -> list[str]:
 
 def group_key(cfg: TrainConfig) -> str:
     """The run without its seed: task, parameters (files by their base names), variant, size."""
-    from training.tuning import portable_params
+    from mixit_lab.training.tuning import portable_params
 
     params = ",".join(f"{k}={v}" for k, v in sorted(portable_params(cfg.task_params).items()))
     return f"{cfg.task}({params}) {cfg.variant} d{cfg.d_model}/l{cfg.n_layers}/h{cfg.n_heads}"

@@ -1,7 +1,7 @@
-"""`python -m cli ...`: the same as `mixit ...`."""
+"""`python -m mixit_lab.cli ...`: the same as `mixit ...`."""
 
 import sys
 
-from cli.main import main
+from mixit_lab.cli.main import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""`mixit analyze CHECKPOINT... [--out DIR]`: every analysis that applies to each checkpoint (analysis.analyze).
+"""`mixit analyze CHECKPOINT... [--out DIR]`: every analysis that applies to each checkpoint (mixit_lab.analysis.analyze).
 
 Results go into RUN/analysis/ (or CHECKPOINT/analysis/ for a bare checkpoint), or into DIR/NAME/
 with --out DIR (NAME = the run or checkpoint directory's name; DIR/summary.csv then has one row per
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoint
-from models.checkpoint import CheckpointError
-from models.files import atomic_file
-from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY
+from mixit_lab.analysis.analyze import ABLATION_METHODS, AnalysisOptions, analyze_checkpoint
+from mixit_lab.models.checkpoint import CheckpointError
+from mixit_lab.models.files import atomic_file
+from mixit_lab.training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, RUNS_SUMMARY
 
 from .common import CLIError, add_trust_option, check_output_dir, input_errors, path_arg
 
@@ -26,7 +26,7 @@ DEVICE = inspect.signature(analyze_checkpoint).parameters["device"].default  # "
 
 
 def register(subparsers) -> None:
-    """Add the `analyze` subcommand to the `mixit` parser (called by cli.main)."""
+    """Add the `analyze` subcommand to the `mixit` parser (called by mixit_lab.cli.main)."""
     p = subparsers.add_parser(
         "analyze",
         help="head scores, attention statistics, signal propagation, memorization and ablations of checkpoints",
@@ -58,7 +58,7 @@ def _options(args: argparse.Namespace) -> AnalysisOptions:
 def _check_device(name: str) -> None:
     """ValueError unless `name` is a device this machine has (pick_device); torch's own error for a misspelled
     one is a RuntimeError, turned into a ValueError naming what is allowed."""
-    from training.machine import pick_device
+    from mixit_lab.training.machine import pick_device
 
     try:
         pick_device(name)
@@ -94,8 +94,8 @@ def _summary_row(name: str, status: str, out_dir: Path, result: dict) -> dict[st
 
 
 def _score_kept(args: argparse.Namespace, refs) -> None:
-    """--checkpoints: analysis.dynamics over the kept checkpoints of each run, into RUN/analysis_dynamics.csv."""
-    from analysis.dynamics import checkpoint_dynamics
+    """--checkpoints: mixit_lab.analysis.dynamics over the kept checkpoints of each run, into RUN/analysis_dynamics.csv."""
+    from mixit_lab.analysis.dynamics import checkpoint_dynamics
 
     device = "cpu" if args.device == "auto" else args.device
     for ref in refs:
@@ -114,7 +114,7 @@ def _score_kept(args: argparse.Namespace, refs) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from training.rundir import find_checkpoint
+    from mixit_lab.training.rundir import find_checkpoint
 
     for name in ("n_seqs", "seq_len", "eval_samples"):
         value = getattr(args, name)

@@ -7,7 +7,7 @@ commit, platform) and loads models on request, which is nothing to offer everyon
 
 The explorer is the `explorer` package (its frame, explorer/app.py, and one file per page), installed with the
 others; this command finds the frame's file through importlib.resources and imports nothing else of it but
-`explorer.report` (where a study's folders are). The server runs as a child process: SIGTERM and SIGHUP are
+`mixit_lab.explorer.report` (where a study's folders are). The server runs as a child process: SIGTERM and SIGHUP are
 passed on to it, and Ctrl-C stops it and exits 130, like every other command.
 """
 
@@ -32,11 +32,11 @@ STOP_WAIT_S = 20  # how long a server stopped by Ctrl-C may take to close before
 
 def app_file() -> Path:
     """The explorer's frame (explorer/app.py) in the installed `explorer` package."""
-    return Path(os.fspath(resources.files("explorer") / "app.py"))
+    return Path(os.fspath(resources.files("mixit_lab.explorer") / "app.py"))
 
 
 def register(subparsers) -> None:
-    """Add the `app` subcommand to the `mixit` parser (called by cli.main)."""
+    """Add the `app` subcommand to the `mixit` parser (called by mixit_lab.cli.main)."""
     p = subparsers.add_parser(
         "app",
         help="open the Streamlit explorer on a folder of runs",
@@ -68,7 +68,7 @@ def is_loopback(host: str) -> bool:
 
 def default_runs(cwd: Path | None = None) -> Path:
     """The runs of the last `mixit reproduce` in `cwd`; CLIError (one line saying where to point it) if none."""
-    from explorer.report import LAST_STUDY, default_runs_dir  # here: the other commands need not import the report
+    from mixit_lab.explorer.report import LAST_STUDY, default_runs_dir  # here: the other commands need not import the report
 
     found = default_runs_dir(cwd)
     if found is None:

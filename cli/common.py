@@ -12,7 +12,7 @@ ValueError (or a subclass: CheckpointError, SettingsChanged, TaskImportError, ..
   exception. A run that fails (TrainingDiverged; a sweep's or reproduction's failed runs, analyses or figures,
   which they list; `mixit figures --only` that draws nothing) is exit 1 (EXIT_FAILED) with one line.
 
-An OSError that reaches `cli.main.main` (a full or read-only disk, no permission, a file where a folder belongs),
+An OSError that reaches `mixit_lab.cli.main.main` (a full or read-only disk, no permission, a file where a folder belongs),
 before or after work started, is one line naming the path and the cause (`os_error_line`), exit 2: what was
 finished before it (checkpoints, analyses, figures) stays. Output folders are checked before work starts
 (`check_output_dir`).
@@ -144,7 +144,7 @@ def path_arg(value: str) -> Path:
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
-    """Where training runs execute (training.sweep.Executor): --executor, --address, --cpus-per-run, --gpus-per-run."""
+    """Where training runs execute (mixit_lab.training.sweep.Executor): --executor, --address, --cpus-per-run, --gpus-per-run."""
     group = parser.add_argument_group("executor")
     group.add_argument("--executor", choices=("pool", "ray"), default="pool",
                        help="pool: --workers processes on this machine (default); ray: one Ray task per run "
@@ -157,8 +157,8 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
 
 
 def executor_from_args(args: argparse.Namespace, workers: int):
-    """The training.sweep.Executor the options ask for; CLIError (exit 2) for a bad combination or a missing Ray."""
-    from training.sweep import Executor, check_ray, check_ray_address
+    """The mixit_lab.training.sweep.Executor the options ask for; CLIError (exit 2) for a bad combination or a missing Ray."""
+    from mixit_lab.training.sweep import Executor, check_ray, check_ray_address
 
     if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or args.gpus_per_run != 0.0):
         raise CLIError(f"mixit {args.command}: error: --address, --cpus-per-run and --gpus-per-run need --executor ray")
@@ -179,7 +179,7 @@ def executor_from_args(args: argparse.Namespace, workers: int):
 
 
 def add_trust_option(parser: argparse.ArgumentParser) -> None:
-    """--trust-tasks: the user's consent to import the task code the runs opened name (training.tasks.trust_task_code)."""
+    """--trust-tasks: the user's consent to import the task code the runs opened name (mixit_lab.training.tasks.trust_task_code)."""
     parser.add_argument("--trust-tasks", action="store_true",
                         help="import the task code that the runs name (a task of one's own, recorded in run.json), "
                              "as analyses of its eval rows need; without it none is imported and those are skipped. "

@@ -1,6 +1,6 @@
 """`mixit figures RUNS_DIR [--out DIR] [--only NAME ...]`: draw the publication figures of a runs directory.
 
-Writes NAME.png and NAME.pdf per figure into --out (default figures/out/<preset>, the preset in
+Writes NAME.png and NAME.pdf per figure into --out (default reports/<preset>/figures, the preset in
 RUNS_DIR/reproduce.json, else RUNS_DIR's name) and prints one line per figure: the files written,
 or why it was skipped (the directory holds nothing for it).
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from figures import FIGURE_NAMES
+from mixit_lab.figures import FIGURE_NAMES
 
 from .common import EXIT_FAILED, EXIT_OK, CLIError, add_trust_option, check_output_dir, input_errors, path_arg
 
 
 def register(subparsers) -> None:
-    """Add the `figures` subcommand to the `mixit` parser (called by cli.main)."""
+    """Add the `figures` subcommand to the `mixit` parser (called by mixit_lab.cli.main)."""
     p = subparsers.add_parser(
         "figures",
         help="draw the publication figures (PNG + PDF) of a directory of runs",
@@ -25,15 +25,15 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_figures)
     add_trust_option(p)
     p.add_argument("runs_dir", type=path_arg, metavar="RUNS_DIR", help="a directory of runs (e.g. from mixit reproduce)")
-    p.add_argument("--out", type=path_arg, default=None, help="output directory (default: figures/out/<preset>)")
+    p.add_argument("--out", type=path_arg, default=None, help="output directory (default: reports/<preset>/figures)")
     p.add_argument("--only", nargs="+", choices=FIGURE_NAMES, metavar="NAME",
                    help=f"draw only these figures: {', '.join(FIGURE_NAMES)}")
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
     """Draw and list the figures; exit 1 if one failed or `--only` drew nothing, 2 if they could not be written."""
-    from figures import draw_and_show
-    from figures.common import default_out_dir
+    from mixit_lab.figures import draw_and_show
+    from mixit_lab.figures.common import default_out_dir
 
     if not args.runs_dir.is_dir():
         raise CLIError(f"mixit figures: error: RUNS_DIR {args.runs_dir} is not a directory")

@@ -1,7 +1,7 @@
 """The `mixit` command line: the parser and the entry point `main`. The top layer: it may import every
-package, and none imports it. `CLIError`, the one-line parser and the exit codes are in cli.common.
+package, and none imports it. `CLIError`, the one-line parser and the exit codes are in mixit_lab.cli.common.
 
-Each subcommand lives in a module of this package (`COMMANDS`: train, tune and sweep in cli.train) that exposes
+Each subcommand lives in a module of this package (`COMMANDS`: train, tune and sweep in mixit_lab.cli.train) that exposes
 `register(subparsers)`; each subcommand's parser sets `handler=fn` with `fn(args) -> int` (its exit status).
 `mixit COMMAND ...` imports only COMMAND's module, so a command that reads run folders (`mixit figures`) starts
 without torch and TransformerLens; `mixit --help` imports them all. Library code raises ordinary exceptions
@@ -16,7 +16,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from training.pool import one_line_warnings
+from mixit_lab.training.pool import one_line_warnings
 
 from .common import (
     EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CLIError, OneLineParser, os_error_line, was_terminated,
@@ -78,19 +78,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         args.argv = argv
         if getattr(args, "trust_tasks", False):  # consent, inherited by the workers and the explorer it starts
-            from training.tasks import trust_task_code
+            from mixit_lab.training.tasks import trust_task_code
 
             trust_task_code()
         return args.handler(args)
-    except CLIError as e:  # the user's mistake, found before work started (cli.common: the input boundary)
+    except CLIError as e:  # the user's mistake, found before work started (mixit_lab.cli.common: the input boundary)
         print(e, file=sys.stderr)
         return EXIT_USAGE
     # the run failed, or a file it needed went away meanwhile
-    except (FileNotFoundError, *_raised_by("training.trainer", "TrainingDiverged")) as e:
+    except (FileNotFoundError, *_raised_by("mixit_lab.training.trainer", "TrainingDiverged")) as e:
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     # a task's own code drew rows that break the batch format, at any step: its input
-    except _raised_by("training.tasks.base", "TaskError") as e:
+    except _raised_by("mixit_lab.training.tasks.base", "TaskError") as e:
         print(f"mixit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     # A ValueError (or anything else) that reaches here was raised after work started: a bug, a traceback, exit 1.

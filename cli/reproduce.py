@@ -1,4 +1,4 @@
-"""`mixit reproduce`: a preset through training, analysis, figures and the report (reproduce.pipeline)."""
+"""`mixit reproduce`: a preset through training, analysis, figures and the report (mixit_lab.reproduce.pipeline)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from mixit_lab.figures.common import study_figures_dir
+
 from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, add_trust_option, check_output_dir, executor_from_args,
     input_errors, path_arg, stop_on_sigterm,
@@ -14,9 +16,9 @@ from .common import (
 
 
 def register(subparsers) -> None:
-    from reproduce.preset import preset_names
-    from training.trackers import TRACKERS
-    from training.config import PRECISIONS
+    from mixit_lab.reproduce.preset import preset_names
+    from mixit_lab.training.trackers import TRACKERS
+    from mixit_lab.training.config import PRECISIONS
 
     p = subparsers.add_parser(
         "reproduce",
@@ -30,7 +32,7 @@ def register(subparsers) -> None:
                    help=f"one of {', '.join(preset_names())}, or a preset YAML file (default: quick)")
     p.add_argument("--out", type=path_arg, default=None, help="runs directory (default: runs/PRESET)")
     p.add_argument("--report-dir", type=path_arg, default=None, help="report directory (default: reports/PRESET)")
-    p.add_argument("--figures-dir", type=path_arg, default=None, help="figure directory (default: figures/out/PRESET)")
+    p.add_argument("--figures-dir", type=path_arg, default=None, help="figure directory (default: reports/PRESET/figures)")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU cores)")
     p.add_argument("--text-file", nargs="+", default=None, metavar="PATH",
                    help="corpus for language modeling (default: ../shared/data WikiText-2, else the same "
@@ -61,11 +63,11 @@ def register(subparsers) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Resolve the preset, its corpora and runs once (every input error before anything trains, --dry-run too),
     then run the pipeline on that plan."""
-    from reproduce.pipeline import plan_reproduction, reproduce
-    from reproduce.preset import load_preset
-    from reproduce.report import check_report_dir
-    from training.tasks import trust_task_code
-    from training.trackers import check_tracker
+    from mixit_lab.reproduce.pipeline import plan_reproduction, reproduce
+    from mixit_lab.reproduce.preset import load_preset
+    from mixit_lab.reproduce.report import check_report_dir
+    from mixit_lab.training.tasks import trust_task_code
+    from mixit_lab.training.trackers import check_tracker
 
     with input_errors("reproduce"):  # the preset whole (every block), the corpora, runs trained otherwise
         preset = load_preset(args.preset)
@@ -79,7 +81,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         check_tracker(args.tracker)
         out = args.out or Path("runs") / preset.name
         report_dir = args.report_dir or Path("reports") / preset.name
-        figures_dir = args.figures_dir or Path("figures/out") / preset.name
+        figures_dir = args.figures_dir or study_figures_dir(preset.name)
         for option, folder in (("--out", out), ("--report-dir", report_dir), ("--figures-dir", figures_dir)):
             check_output_dir(option, folder)  # each output folder, before anything trains (--dry-run too)
         check_report_dir(report_dir, out)
@@ -96,7 +98,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 else f"learning rates chosen by {plan.tuning.source}"
             print(f"{len(plan.tuning.grids)} settings tune their learning rate: {later}")
         return 0
-    from training.rundir import RunLocked
+    from mixit_lab.training.rundir import RunLocked
 
     try:
         with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)

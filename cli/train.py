@@ -14,17 +14,17 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from models import VARIANTS, CheckpointError
-from models.transformer import check_fits_in_memory
-from training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
-from training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
-from training.trackers import TRACKERS, check_tracker
-from training.parallel import Ranks, torchrun_command
-from training.config import PRECISIONS, TrainConfig
-from training.machine import pick_device
-from training.optim import SCHEDULES
-from training.settings import SettingsChanged
-from training.trainer import train
+from mixit_lab.models import VARIANTS, CheckpointError
+from mixit_lab.models.transformer import check_fits_in_memory
+from mixit_lab.training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
+from mixit_lab.training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
+from mixit_lab.training.trackers import TRACKERS, check_tracker
+from mixit_lab.training.parallel import Ranks, torchrun_command
+from mixit_lab.training.config import PRECISIONS, TrainConfig
+from mixit_lab.training.machine import pick_device
+from mixit_lab.training.optim import SCHEDULES
+from mixit_lab.training.settings import SettingsChanged
+from mixit_lab.training.trainer import train
 
 from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, stop_on_sigterm, add_executor_options, executor_from_args, check_output_dir,
@@ -158,9 +158,9 @@ def _model_options(pairs: Sequence[str]) -> dict[str, Any]:
     """--model-option KEY=VALUE pairs as ModelConfig fields; values are YAML scalars (0.5, true, null)."""
     import dataclasses
 
-    from models.files import load_yaml
+    from mixit_lab.models.files import load_yaml
 
-    from models import ModelConfig
+    from mixit_lab.models import ModelConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_TRAINING}
     out = {}
@@ -231,7 +231,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
 
 
 def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """What the sweep's options say, for training.sweep.build_grid: only the options given explicitly
+    """What the sweep's options say, for mixit_lab.training.sweep.build_grid: only the options given explicitly
     override the grid file; without a grid file, the defaults shown in --help apply."""
     given = {a.split("=")[0] for a in argv if a.startswith("--")}
     out: dict[str, Any] = {"variants": args.variants, "tasks": args.tasks, "seeds": args.seeds}
@@ -254,7 +254,7 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
 
 
 def register(sub: Any) -> None:
-    """Add `train`, `tune` and `sweep` to the `mixit` parser (called by cli.main)."""
+    """Add `train`, `tune` and `sweep` to the `mixit` parser (called by mixit_lab.cli.main)."""
     p = sub.add_parser("train", help="train one model", description="Train one model on one task.")
     _add_tune_parser(sub)
     p.set_defaults(handler=cmd_train)
@@ -301,11 +301,11 @@ def register(sub: Any) -> None:
 
 
 def _add_tune_parser(sub: Any) -> None:
-    """`mixit tune`: choose each variant's learning rate on its tuning set (training.tuning)."""
+    """`mixit tune`: choose each variant's learning rate on its tuning set (mixit_lab.training.tuning)."""
     t = sub.add_parser("tune", help="choose each variant's learning rate on a tuning set",
                        description="Train each variant at each learning rate (and seed) and choose, per variant, the "
                                    "learning rate that scores best on the task's tuning set: rows held out of training "
-                                   "and apart from the eval rows a run reports (training.tuning). Writes OUT/tuning.json.")
+                                   "and apart from the eval rows a run reports (mixit_lab.training.tuning). Writes OUT/tuning.json.")
     t.set_defaults(handler=cmd_tune)
     t.add_argument("--task", required=True, type=_task_arg, metavar="TASK", help="as for mixit train")
     t.add_argument("--variants", nargs="+", default=[DEFAULTS.variant], metavar="VARIANT",
@@ -378,7 +378,7 @@ def _process_limit(device: str) -> tuple[int, str]:
 
 
 def _launch_torchrun(args: argparse.Namespace) -> int:
-    """`mixit train --nproc N ...` is `torchrun --nproc-per-node N -m cli train ...` (the same options, less --nproc)."""
+    """`mixit train --nproc N ...` is `torchrun --nproc-per-node N -m mixit_lab.cli train ...` (the same options, less --nproc)."""
     import subprocess
 
     if args.nproc < 1:
@@ -403,13 +403,13 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
     # torchrun's default is one thread per process; share this machine's cores instead (and keep it quiet)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
     env.setdefault("PYTHONFAULTHANDLER", "1")  # a worker killed by a native crash prints where its Python was
-    return subprocess.run(torchrun_command(args.nproc, ["cli", *argv]), env=env).returncode
+    return subprocess.run(torchrun_command(args.nproc, ["mixit_lab.cli", *argv]), env=env).returncode
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from training.tuning import tune
+    from mixit_lab.training.tuning import tune
 
     cfg = _train_config(args, task=args.task, task_params=_task_params(args, args.task), variant=args.variants[0],
                         seed=args.seeds[0], d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads)
@@ -443,7 +443,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from training.sweep import build_grid, run_sweep
+    from mixit_lab.training.sweep import build_grid, run_sweep
 
     with input_errors("sweep"):
         check_output_dir("--out", args.out)  # a file, below a file, read-only: before anything runs (--dry-run too)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from training.tasks import Task
+from mixit_lab.training.tasks import Task
 
 
 class ReverseTask(Task):

@@ -7,9 +7,9 @@
 Streamlit runs this file on every interaction. It draws the sidebar (the runs folder, and the runs selected
 in any page, kept in session state across pages), lists the pages with `st.navigation`, and runs the current
 one: Study (what `mixit reproduce` found), Runs, Run, Attention, Heads, Compare and Predict, one file each
-in explorer/pages/. A page reads the frame's runs through `explorer.ui.frame()` and opens another page
-through `explorer.ui.open_page` (session state "view"). The data come from `analysis.explore` (the runs) and
-`explorer.report` (the study's report and figures folders); nothing here trains or writes.
+in explorer/pages/. A page reads the frame's runs through `mixit_lab.explorer.ui.frame()` and opens another page
+through `mixit_lab.explorer.ui.open_page` (session state "view"). The data come from `mixit_lab.analysis.explore` (the runs) and
+`mixit_lab.explorer.report` (the study's report and figures folders); nothing here trains or writes.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis import explore as ex
-from explorer import ui
-from explorer.report import default_runs_dir
+from mixit_lab.analysis import explore as ex
+from mixit_lab.explorer import ui
+from mixit_lab.explorer.report import default_runs_dir
 
 PAGES_DIR = Path(__file__).resolve().parent / "pages"
 PAGES = ("Study", "Runs", "Run", "Attention", "Heads", "Compare", "Predict")

@@ -3,10 +3,10 @@
 `mixit reproduce` writes three folders: the runs, a report folder (report.md, findings.json, one CSV per table)
 and a figures folder (PNG files). The runs folder's reproduce.json names the other two; `mixit reproduce` also
 records the last study of a working directory in .mixit_cache/last_study.json, which `mixit app` opens when
-given no folder. Without either, the defaults reports/<preset> and figures/out/<preset> beside the working
+given no folder. Without either, the defaults reports/<preset> and reports/<preset>/figures beside the working
 directory are tried, the preset being the manifest's or else the runs folder's name (as `mixit figures` does).
 
-    from explorer import report
+    from mixit_lab.explorer import report
     study = report.locate("runs/quick")
     findings = report.read_findings(study.report_dir)   # [{id, finding, criterion, ours, verdict, ...}]
 """
@@ -21,9 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from models.files import read_json
-from reproduce.report import FINDINGS_FILE, REPORT_TABLE
-from training.rundir import LAST_STUDY_FILE, MANIFEST
+from mixit_lab.figures.common import study_figures_dir
+from mixit_lab.models.files import read_json
+from mixit_lab.reproduce.report import FINDINGS_FILE, REPORT_TABLE
+from mixit_lab.training.rundir import LAST_STUDY_FILE, MANIFEST
 
 LAST_STUDY = Path(LAST_STUDY_FILE)  # {"runs_dir", "report_dir", "figures_dir", "preset"}: absolute paths
 COMPONENTS_TABLE = "components"
@@ -103,7 +104,7 @@ def locate(runs_dir: str | Path, cwd: Path | None = None) -> Study:
         last = {}  # the last study is another folder's
     preset = manifest.get("preset") or last.get("preset") or runs_dir.resolve().name
     study = Study(runs_dir, preset)
-    for key, default in (("report_dir", Path("reports") / preset), ("figures_dir", Path("figures/out") / preset)):
+    for key, default in (("report_dir", Path("reports") / preset), ("figures_dir", study_figures_dir(preset))):
         tried = _candidates(key, default, manifest, last, cwd)
         found = next((p for p in tried if p.is_dir()), None)
         setattr(study, key, found)

@@ -17,9 +17,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from figures.style import VARIANT_ORDER, VARIANT_STYLES, variant_label
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.figures.style import VARIANT_ORDER, VARIANT_STYLES, variant_label
 
 COLORS = {v: s.color for v, s in VARIANT_STYLES.items()}
 SHOWN_EVAL_SAMPLES = 64
@@ -52,7 +52,7 @@ def open_page(view: str, runs: list[str] | None = None) -> None:
 # --------------------------------------------------------------------------- cached data
 @st.cache_data(ttl=10, show_spinner=False)
 def runs_table(root: str) -> pd.DataFrame:
-    """The runs of a folder (analysis.explore.list_runs), cached for ten seconds."""
+    """The runs of a folder (mixit_lab.analysis.explore.list_runs), cached for ten seconds."""
     return ex.list_runs(root)
 
 

@@ -1,17 +1,17 @@
 """Publication figures of a reproduction: one module per figure, drawn from a directory of runs.
 
-    from figures import FIGURES, Runs, make_all
-    results = make_all("runs/quick", "figures/out/quick")     # name -> [png, pdf] or "skip reason"
+    from mixit_lab.figures import FIGURES, Runs, make_all
+    results = make_all("runs/quick", "reports/quick/figures")     # name -> [png, pdf] or "skip reason"
     fig = FIGURES["retrieval_pairs"].plot(Runs("runs/quick"))  # a matplotlib Figure
 
-Each module (`python -m figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
-`plot(runs: Runs) -> Figure`, raising `figures.common.NoData` when the runs have nothing for it, and
+Each module (`python -m mixit_lab.figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
+`plot(runs: Runs) -> Figure`, raising `mixit_lab.figures.common.NoData` when the runs have nothing for it, and
 `GROUPS`, the study groups whose runs it draws (empty for a figure of the runs folder's own data, such
-as signal/signal.csv); `figures_for_group` answers from them. A `Runs` (figures.common) is the runs
-folder and its table of runs (analysis.runs.load_runs), read once: `make_all` builds one and every
+as signal/signal.csv); `figures_for_group` answers from them. A `Runs` (mixit_lab.figures.common) is the runs
+folder and its table of runs (mixit_lab.analysis.runs.load_runs), read once: `make_all` builds one and every
 figure draws from it (`plot` also takes a folder, read into a Runs of its own). Figures only read run
 directories and their analyses; they never train. Looks (variant names, colours, fonts, sizes) come
-from figures.style.
+from mixit_lab.figures.style.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def __getattr__(name: str):
 
 
 def figures_for_group(group: str | None = None) -> list[str]:
-    """Names of the figures that draw runs of `group` (training.rundir.group_of a study), in FIGURE_NAMES
+    """Names of the figures that draw runs of `group` (mixit_lab.training.rundir.group_of a study), in FIGURE_NAMES
     order; with None, every figure."""
     modules = __getattr__("FIGURES") if "FIGURES" not in globals() else globals()["FIGURES"]
     return [n for n in FIGURE_NAMES if group is None or group in modules[n].GROUPS]
@@ -95,14 +95,14 @@ def make_all(
     """Draw every figure (or those named in `only`) from runs_dir into out_dir as PNG and PDF.
 
     The runs below runs_dir are read once, for every figure; `runs` is that table
-    (analysis.runs.load_runs(runs_dir)) when the caller already has it. Returns name -> the files written,
+    (mixit_lab.analysis.runs.load_runs(runs_dir)) when the caller already has it. Returns name -> the files written,
     or the one-line reason it was skipped (NoData). Any other error in a figure does not stop the others:
     they are all drawn first, then a FigureError names the figures that failed (the first error is its cause).
 
-    `workers` processes draw side by side (training.pool.forked_map; default: one per usable core where
+    `workers` processes draw side by side (mixit_lab.training.pool.forked_map; default: one per usable core where
     forking is safe, else 1); a figure comes out the same whichever process draws it.
     """
-    from training.pool import forked_map
+    from mixit_lab.training.pool import forked_map
 
     names = list(FIGURE_NAMES if only is None else only)
     unknown = [n for n in names if n not in FIGURE_NAMES]
@@ -185,7 +185,7 @@ def _failure_line(error: BaseException) -> str:
 
 
 def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] | None = None) -> int:
-    """draw_and_show, then 1 if a figure failed, else 0 (what `python -m figures` exits with)."""
+    """draw_and_show, then 1 if a figure failed, else 0 (what `python -m mixit_lab.figures` exits with)."""
     _, _, failures = draw_and_show(runs_dir, out, only)
     return 1 if failures else 0
 

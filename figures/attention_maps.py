@@ -14,7 +14,7 @@ at initialization and after training), which are the same for every input.
 
 Patterns come from `model.run_with_cache` at `blocks.{l}.attn.hook_pattern` [batch, head, query, key].
 
-    python -m figures.attention_maps RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.attention_maps RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from analysis.runs import read_analysis_table
+from mixit_lab.analysis.runs import read_analysis_table
 
 from .common import NoData, Runs, as_runs, finished_runs, param
 from .style import COLUMN_WIDTH, DIVERGING_CMAP, new_figure, paper_style, variant_label
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # torch (and the model) are imported when a run is drawn: `mi
     import torch
 
 NAME = "attention_maps"
-GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("retrieval",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 N_EVAL = 64  # eval rows used to choose the heads
 LABEL_TOKENS_UP_TO = 24  # token labels on the axes up to this many positions
 
@@ -127,8 +127,8 @@ def plot(runs: Runs | str | Path) -> Figure:
     mix = _pick_run(runs, "mixit", pairs=fqk["pairs"], n_layers=2, n_heads=int(fqk["n_heads"]))
     import torch  # the models are loaded only once there is a run to draw
 
-    from models import build_model, load_model
-    from training import run_task
+    from mixit_lab.models import build_model, load_model
+    from mixit_lab.training import run_task
 
     torch.manual_seed(0)
     model = load_model(fqk["path"], device="cpu").eval()

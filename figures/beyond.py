@@ -5,7 +5,7 @@ Runs: the "beyond" group (reproduce/presets/beyond.yaml). One panel per task: a 
 modeling), with each seed as a dot. Named variants keep their colours; grid models are drawn in grey
 shades with their full label, e.g. "mixit [attention mixing,softmax]".
 
-    python -m figures.beyond RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.beyond RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from analysis.runs import by_loss
+from mixit_lab.analysis.runs import by_loss
 from .common import NoData, Runs, as_runs, finished_runs
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 

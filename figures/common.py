@@ -1,8 +1,8 @@
 """What the figure modules share: the runs they draw, selecting runs, averaging over seeds, per-variant series, the CLI.
 
 Every figure module exposes `plot(runs: Runs) -> Figure` and raises `NoData(reason)` when the runs folder
-holds nothing it can draw. `Runs` is the folder and its table of runs (`analysis.runs.load_runs`), read once
-and shared by every figure that `figures.make_all` draws from it; only finished runs count (a diverged or
+holds nothing it can draw. `Runs` is the folder and its table of runs (`mixit_lab.analysis.runs.load_runs`), read once
+and shared by every figure that `mixit_lab.figures.make_all` draws from it; only finished runs count (a diverged or
 interrupted run has no final evaluation).
 """
 
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.runs import load_runs, reported
-from models.files import read_json
-from training.rundir import MANIFEST
+from mixit_lab.analysis.runs import load_runs, reported
+from mixit_lab.models.files import read_json
+from mixit_lab.training.rundir import MANIFEST
 
-if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through figures.style
+if TYPE_CHECKING:  # matplotlib is imported by the figure modules, through mixit_lab.figures.style
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -46,7 +46,7 @@ class Runs:
 
     @property
     def table(self) -> pd.DataFrame:
-        """Every run below the folder (analysis.runs.COLUMNS), loaded once; NoData if the folder is missing."""
+        """Every run below the folder (mixit_lab.analysis.runs.COLUMNS), loaded once; NoData if the folder is missing."""
         if self._table is None:
             if not self.folder.is_dir():
                 raise NoData(f"{self.folder} is not a directory")
@@ -76,15 +76,15 @@ def as_runs(runs: Runs | str | Path) -> Runs:
     return runs if isinstance(runs, Runs) else Runs(runs)
 
 
-# Study groups whose runs sweep one setting for one question (the scale preset's `scale`, reproduce.emergence):
+# Study groups whose runs sweep one setting for one question (the scale preset's `scale`, mixit_lab.reproduce.emergence):
 # only the figures that name the group draw them, never another figure's fallback (as the report's tables
 # leave them out of the paper's).
 OWN_FIGURES_ONLY = ("scale", "schedule")
 
 
 def finished_runs(runs: Runs, groups: Sequence[str] = ()) -> pd.DataFrame:
-    """The finished runs of `runs` (see analysis.runs.COLUMNS) at their setting's chosen learning rate (all runs of
-    an untuned setting: analysis.runs.reported), a new frame; NoData if its folder is missing.
+    """The finished runs of `runs` (see mixit_lab.analysis.runs.COLUMNS) at their setting's chosen learning rate (all runs of
+    an untuned setting: mixit_lab.analysis.runs.reported), a new frame; NoData if its folder is missing.
 
     Runs of an OWN_FIGURES_ONLY group are left out unless `groups` names it."""
     df = reported(runs.table)
@@ -115,10 +115,10 @@ def param(runs: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _param(task: str, params: object, name: str) -> float | None:
-    """One numeric parameter of a run: as given, else the task's default (training.tasks), else None."""
+    """One numeric parameter of a run: as given, else the task's default (mixit_lab.training.tasks), else None."""
     value = params.get(name) if isinstance(params, dict) else None
     if value is None:  # the task's default: only then is the task registry (and torch) imported
-        from training.tasks import resolved_task_params
+        from mixit_lab.training.tasks import resolved_task_params
 
         value = resolved_task_params(task, params if isinstance(params, dict) else None).get(name)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -248,8 +248,14 @@ def config_text(run: pd.Series) -> str:
 
 
 # --------------------------------------------------------------------------- command line
+def study_figures_dir(study: str) -> Path:
+    """A study's figures folder by default: reports/<study>/figures, beside its report (relative to the working
+    directory, so never inside a package's own folder, where a study's files once changed the code's fingerprint)."""
+    return Path("reports") / study / "figures"
+
+
 def default_out_dir(runs_dir: str | Path) -> Path:
-    """figures/out/<preset>, the preset named in runs_dir/reproduce.json, else runs_dir's own name."""
+    """study_figures_dir of the preset named in runs_dir/reproduce.json, else of runs_dir's own name."""
     runs_dir = Path(runs_dir)
     name = runs_dir.resolve().name
     try:
@@ -258,17 +264,17 @@ def default_out_dir(runs_dir: str | Path) -> Path:
             name = preset
     except (OSError, ValueError, AttributeError):
         pass
-    return Path("figures") / "out" / name
+    return study_figures_dir(name)
 
 
 def run_one(name: str, plot: Callable[[Runs], Figure], argv: Sequence[str] | None = None) -> int:
-    """`python -m figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
+    """`python -m mixit_lab.figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
     from .style import save
 
-    p = argparse.ArgumentParser(prog=f"python -m figures.{name}", description=f"Draw the {name} figure.",
+    p = argparse.ArgumentParser(prog=f"python -m mixit_lab.figures.{name}", description=f"Draw the {name} figure.",
                                 allow_abbrev=False)
     p.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: figures/out/<preset>)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: reports/<preset>/figures)")
     args = p.parse_args(argv)
     if not args.runs_dir.is_dir():
         print(f"{p.prog}: error: RUNS_DIR {args.runs_dir} is not a directory", file=sys.stderr)

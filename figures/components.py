@@ -1,7 +1,7 @@
 """Who does the work: what each layer's attention and MLP carry of the answer, per task setting and variant.
 
 Runs: the finished runs of the paper's studies whose analysis holds components.csv (`mixit analyze`,
-analysis.components). One row of panels per task setting (task, depth, and width where a task comes in
+mixit_lab.analysis.components). One row of panels per task setting (task, depth, and width where a task comes in
 several), one heatmap row per variant trained on it; columns: layer x {attention, MLP}, as many as that
 setting's model has (a 2-layer task's panels are 4 cells wide, a 6-layer one's 12; the cells line up with
 the header's layers). Left: accuracy lost (points) when that one component is mean-ablated. Right: its
@@ -9,7 +9,7 @@ share of the answer's logit difference (direct logit attribution). Cells show th
 written compactly ("97", "0.3") where the number fits the cell; grey where the analysis has no value. Each
 heatmap's axes has the gid "<value>|<row label>", e.g. "share|retrieval (2L)".
 
-    python -m figures.components RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.components RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.image import AxesImage
 from matplotlib.textpath import TextToPath
 
-from analysis.component_map import who_does_the_work
+from mixit_lab.analysis.component_map import who_does_the_work
 
 from .common import NoData, Runs, as_runs, finished_runs, select_runs
 from .style import DIVERGING_CMAP, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, order_variants, paper_style, variant_label
@@ -39,7 +39,7 @@ GROUPS = ("retrieval", "khop", "algorithmic", "memorize", "depth")  # the study 
 # (column of who_does_the_work, title, colour map, colour range, colour bar ticks)
 PANELS = (("mean_drop", "accuracy lost when mean-ablated (points)", SEQUENTIAL_CMAP, (0, 100), (0, 50, 100)),
           ("share", "share of the answer's logit difference", DIVERGING_CMAP, (-1, 1), (-1, -0.5, 0, 0.5, 1)))
-KINDS = (("attention", "attn"), ("MLP", "MLP"))  # component (as analysis.components names it), column label
+KINDS = (("attention", "attn"), ("MLP", "MLP"))  # component (as mixit_lab.analysis.components names it), column label
 LABEL_SIZE = 6.0  # pt: row labels, column labels, panel titles
 CELL_WIDTH = (0.2, 0.34)  # inches: the narrowest and widest cell (the widest when few layers leave room)
 CELL_HEIGHT = 0.17  # inches, at least
@@ -70,7 +70,7 @@ class Sizes:
 
 
 def _split_label(task_label: str) -> tuple[str, dict[str, str]]:
-    """A task label (analysis.runs.task_label) split: 'retrieval(pairs=8)' -> ('retrieval', {'pairs': '8'})."""
+    """A task label (mixit_lab.analysis.runs.task_label) split: 'retrieval(pairs=8)' -> ('retrieval', {'pairs': '8'})."""
     match = re.fullmatch(r"([^(]+)\((.*)\)", task_label)
     if not match:
         return task_label, {}

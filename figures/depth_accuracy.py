@@ -4,7 +4,7 @@ Runs: group depth (else every finished addition run, if they come in more than o
 panel per task in the group (normally just addition). Per variant and depth, the best
 configuration's mean over seeds; error bars span the seeds' min..max.
 
-    python -m figures.depth_accuracy RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.depth_accuracy RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_a
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "depth_accuracy"
-GROUPS = ("depth",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("depth",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 MAX_PANELS = 4
 
 

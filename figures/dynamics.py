@@ -6,7 +6,7 @@ else the top induction score on repeated sequences) and, dashed, the top previou
 training step. Right: the training loss of the same runs. One line per run, coloured by variant; the
 step axis is logarithmic past step 1, as the checkpoints are.
 
-    python -m figures.dynamics RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.dynamics RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_metrics
-from training.rundir import DYNAMICS_FILE
+from mixit_lab.analysis.runs import read_metrics
+from mixit_lab.training.rundir import DYNAMICS_FILE
 
 from .common import NoData, Runs, as_runs, finished_runs, legend_above, plain_log_ticks
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style

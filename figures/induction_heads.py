@@ -3,12 +3,12 @@
 Runs: the analysed runs (`mixit analyze`, analysis/heads.csv) of group khop; without that group,
 the analysed runs of the one task that most variants were analysed on. All panels share one
 model shape (the most common among those runs); per variant, the configuration with the best eval
-accuracy, its heads.csv averaged over seeds. The score is analysis.heads' induction score on
+accuracy, its heads.csv averaged over seeds. The score is mixit_lab.analysis.heads' induction score on
 repeated random sequences [r, r] (1 = all attention of the second half on the induction target);
 MixiT's patterns are signed, so its scores can leave [0, 1] (the colour bar then has arrows).
 Chance (uniform attention) is the analysis' own summary.heads.chance.induction.
 
-    python -m figures.induction_heads RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.induction_heads RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_analysis_records
-from training.record import read_analysis
+from mixit_lab.analysis.runs import read_analysis_records
+from mixit_lab.training.record import read_analysis
 
 from .common import NoData, Runs, as_runs, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label
 
 NAME = "induction_heads"
-GROUPS = ("khop",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("khop",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 ANNOTATE_UP_TO = 48  # write the score in each cell up to this many heads per panel
 
 

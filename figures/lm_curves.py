@@ -4,7 +4,7 @@ Runs: group lm (else every finished lm run). The curve is metrics.jsonl's eval_l
 the configuration with the lowest final eval_loss, averaged over its seeds (shaded: min..max).
 The right axis reads the same curve as perplexity.
 
-    python -m figures.lm_curves RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.lm_curves RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_metrics
+from mixit_lab.analysis.runs import read_metrics
 
 from .common import (NoData, Runs, as_runs, best_config, config_text, finished_runs, legend_above, select_runs,
                      variants_in)
 from .style import COLUMN_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "lm_curves"
-GROUPS = ("lm",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("lm",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 
 
 def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 final metric against the learning rate, per variant, so that a reader sees at a glance whether a gap between
 variants is there at every rate or only at the rates chosen.
 
-The lines are the tuning record's runs (analysis.runs.tuning_runs: every rate of a tuned setting at the tuning
+The lines are the tuning record's runs (mixit_lab.analysis.runs.tuning_runs: every rate of a tuned setting at the tuning
 seed), one line per variant; the points are the seeds trained at each variant's chosen rate (the runs folder's
 selected runs), drawn at that rate. One panel per task (and depth, for the depth study), a line per variant and
 size (MixiT's algorithmic runs have 16 heads where standard has 4: the legend says so). Each line's `gid` is
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.runs import memory_summary, tuning_runs
+from mixit_lab.analysis.runs import memory_summary, tuning_runs
 
 from matplotlib.ticker import NullLocator
 

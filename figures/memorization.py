@@ -7,7 +7,7 @@ and bits per trainable parameter. Runs without that analysis show their summary 
 accuracy panel only. Per variant and size, the best configuration's mean over seeds; error bars
 span the seeds' min..max.
 
-    python -m figures.memorization RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.memorization RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import read_analysis_records
+from mixit_lab.analysis.runs import read_analysis_records
 
 from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plain_log_ticks,
                      plot_variant_lines, seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "memorization"
-GROUPS = ("memorize",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("memorize",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 
 
 def memory_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 Runs: group retrieval (else every finished retrieval run). For each variant and `pairs`, the best
 configuration's mean over seeds; error bars span the seeds' min..max.
 
-    python -m figures.retrieval_pairs RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.retrieval_pairs RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_a
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
 NAME = "retrieval_pairs"
-GROUPS = ("retrieval",)  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("retrieval",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 
 
 def plot(runs: Runs | str | Path) -> Figure:

@@ -2,7 +2,7 @@
 metric per run, and lines of a metric against a scale axis with the seeds' range.
 
 The runs are the finished runs of study group `scale` (reproduce/presets/scale.yaml; every study name starts
-with `scale-`) of one task. The report's tables of the same runs are reproduce.emergence's; these figures
+with `scale-`) of one task. The report's tables of the same runs are mixit_lab.reproduce.emergence's; these figures
 read the runs directly, as every figure does. Each data line's `gid` is "<variant>|<setting>" (the setting:
 the other axes' values it is drawn at, "" when none) and each paper line's "paper|<variant>", so that a
 test or a notebook can find what was drawn.
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from analysis.paper import PAPER
-from analysis.runs import memory_summary
+from mixit_lab.analysis.paper import PAPER
+from mixit_lab.analysis.runs import memory_summary
 
 from .common import NoData, Runs, finished_runs, param, seed_errors, seed_stats
 from .style import variant_style
@@ -23,7 +23,7 @@ from .style import variant_style
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-SCALE = "scale"  # the study group (training.rundir.group_of "scale-...")
+SCALE = "scale"  # the study group (mixit_lab.training.rundir.group_of "scale-...")
 GROUPS = (SCALE,)
 SST2_STUDY = "scale-sst2"  # the studies on SST-2 are named scale-sst2...: their sentiment runs are a corpus apart
 LINESTYLES = ("-", "--", ":", "-.")

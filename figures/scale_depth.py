@@ -5,7 +5,7 @@ number of steps. One panel per width (the quick preset's 64, then wider), x = de
 over seeds; error bars span the seeds' min..max. `MixiT [freeze v,o,mlp,norms]` (dashed, hollow markers) is
 MixiT as the authors' depth script trains it by default: only the embeddings, positions and readout.
 
-    python -m figures.scale_depth RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.scale_depth RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .scale_common import GROUPS, draw_against, scale_runs, title, values_of, wi
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "scale_depth"
-GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
+GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of): "scale"
 AXES = ("d_model", "n_layers")
 MAX_PANELS = 4
 

@@ -5,7 +5,7 @@ move: max_pairs (strings up to 2 x max_pairs characters; the quick preset's 8, t
 steps (the quick preset's 1,000). Per variant, the mean over seeds; error bars span the seeds' min..max. Each
 line holds the other axis at one value (the panel's title says which; line styles tell several apart).
 
-    python -m figures.scale_dyck RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.scale_dyck RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .scale_common import (AXIS_LABELS, GROUPS, draw_against, scale_runs, settin
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "scale_dyck"
-GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
+GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of): "scale"
 AXES = ("max_pairs", "steps")
 
 

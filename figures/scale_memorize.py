@@ -7,7 +7,7 @@ analysis summary, `mixit analyze`; runs not analysed are left out), the paper's 
 its colour. Right: the share of keys stored (%). Per variant, the mean over seeds; error bars span the
 seeds' min..max.
 
-    python -m figures.scale_memorize RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.scale_memorize RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .scale_common import (AXIS_LABELS, GROUPS, PAPER_MEMORIZE_BITS, draw_agains
 from .style import DOUBLE_WIDTH, new_figure, paper_style
 
 NAME = "scale_memorize"
-GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
+GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of): "scale"
 AXES = ("d_model",)
 DATASET = ("n", "d")
 

@@ -1,13 +1,13 @@
 """Finding 3 on sentiment as the scale preset moves the classifier toward the authors': accuracy against size.
 
 Runs: the finished sentiment runs of group scale (reproduce/presets/scale.yaml) on the labelled sentences (the
-SST-2 studies, scale-sst2..., are a table of their own: reproduce.emergence). x: the classifier's size,
+SST-2 studies, scale-sst2..., are a table of their own: mixit_lab.reproduce.emergence). x: the classifier's size,
 width, depth and heads together (the quick preset's width 64 with 2 layers and 4 heads, then toward the
 authors' 4 layers of width 1,024 and MixiT's 16 heads), in order of width, then depth, then heads. Per
 variant, the mean over seeds; error bars span the seeds' min..max. The paper's accuracies (Yelp reviews,
 the authors' size) are dotted lines in the variant's colour.
 
-    python -m figures.scale_sentiment RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.scale_sentiment RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .scale_common import GROUPS, PAPER_SENTIMENT, draw_against, draw_paper, sca
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
 NAME = "scale_sentiment"
-GROUPS = GROUPS  # the study groups it draws (training.rundir.group_of): "scale"
+GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of): "scale"
 AXES = ("d_model", "n_layers", "n_heads")
 
 

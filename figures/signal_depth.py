@@ -1,6 +1,6 @@
 """Signal propagation at initialization: token covariance and cosine after the last layer against depth.
 
-Data: RUNS_DIR/signal/signal.csv (analysis.signal.signal_propagation: one row per variant, width,
+Data: RUNS_DIR/signal/signal.csv (mixit_lab.analysis.signal.signal_propagation: one row per variant, width,
 depth and layer). For each variant, the row of the last layer (layer == depth) at each depth, at
 the largest width in the file; shaded: ± one standard deviation over seeds. Covariance is on a log
 axis (symmetric-log if some value is not positive, e.g. shaped attention's near-zero covariance: linear
@@ -9,7 +9,7 @@ its own).
 Variants that are the same network at initialization (standard, frozen_qk, frozen_mlp, random
 share their weights) give identical curves; they are drawn once, named together.
 
-    python -m figures.signal_depth RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.signal_depth RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator
 
-from training import rundir
+from mixit_lab.training import rundir
 
 from .common import NoData, Runs, as_runs, legend_above, value_ticks
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style

@@ -1,10 +1,10 @@
 """Training speed per variant: tokens/s of a training step (bars), labelled with the time per sample
 relative to standard.
 
-Data: RUNS_DIR/speed/speed.csv (training.benchmark.measure_throughput). When the file holds several
+Data: RUNS_DIR/speed/speed.csv (mixit_lab.training.benchmark.measure_throughput). When the file holds several
 settings (device, size), each gets its own panel.
 
-    python -m figures.speed RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.speed RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from training import rundir
+from mixit_lab.training import rundir
 
 from .common import NoData, Runs, as_runs
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style

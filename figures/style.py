@@ -1,13 +1,13 @@
 """The one place for how figures look: variant order, names, colours, the paper style and saving.
 
-    from figures.style import paper_style, new_figure, variant_style, order_variants, save, COLUMN_WIDTH
+    from mixit_lab.figures.style import paper_style, new_figure, variant_style, order_variants, save, COLUMN_WIDTH
     with paper_style():
         fig = new_figure(COLUMN_WIDTH, 2.2)
         ax = fig.add_subplot()
         for v in order_variants(df["variant"]):
             s = variant_style(v)
             ax.plot(x, y, color=s.color, marker=s.marker, label=s.label)
-    save(fig, "figures/out", "example")      # -> [example.png, example.pdf]
+    save(fig, "out", "example")      # -> [example.png, example.pdf]
 
 Colours are the Okabe-Ito palette (distinguishable with the common colour-vision deficiencies); each
 variant also has its own marker, so lines stay apart in greyscale. Figures are built on the Agg
@@ -28,7 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
-from models.files import atomic_file
+from mixit_lab.models.files import atomic_file
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 DOUBLE_WIDTH = 6.9  # inches: the full text width

@@ -5,7 +5,7 @@ every finished run that has an accuracy); language modeling is left out (its met
 see lm_curves). A bar is the mean over seeds of the best configuration (learning rate, size) of
 that variant on that task; the error bar spans the seeds' min..max when there are several.
 
-    python -m figures.task_accuracy RUNS_DIR [--out DIR]
+    python -m mixit_lab.figures.task_accuracy RUNS_DIR [--out DIR]
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.runs import by_loss
+from mixit_lab.analysis.runs import by_loss
 from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, seed_errors,
                      seed_stats, select_runs, spread_note, variants_in)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
 NAME = "task_accuracy"
-GROUPS = ("algorithmic", "retrieval", "khop", "sentiment")  # the study groups it draws (training.rundir.group_of)
+GROUPS = ("algorithmic", "retrieval", "khop", "sentiment")  # the study groups it draws (mixit_lab.training.rundir.group_of)
 CHAR_WIDTH = 0.06  # inches per character of a 7 pt tick label (with some room between labels)
 
 

@@ -1,6 +1,6 @@
 """Model zoo: one config dataclass, one registry of variants, one Transformer.
 
-    from models import ModelConfig, build_model, load_model, VARIANTS
+    from mixit_lab.models import ModelConfig, build_model, load_model, VARIANTS
     model = build_model(ModelConfig(variant="mixit", d_model=128, n_layers=2, n_heads=4, n_ctx=34, d_vocab=31))
 """
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    """`Transformer` and `load_model` import models.transformer (torch, TransformerLens) on first use, so that
+    """`Transformer` and `load_model` import mixit_lab.models.transformer (torch, TransformerLens) on first use, so that
     what only reads run folders and configs (the figures, `mixit figures`) starts without them."""
     if name in ("Transformer", "load_model"):
         from . import transformer

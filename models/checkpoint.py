@@ -1,7 +1,7 @@
 """Checkpoints: a directory with config.json and model.safetensors (and tokenizer.json for a model that carries
-a tokenizer: every model `training.train` saves, text or task vocabulary). No pickle, nothing executed on load.
+a tokenizer: every model `mixit_lab.training.train` saves, text or task vocabulary). No pickle, nothing executed on load.
 
-Directories are written atomically (models.files.atomic_directory): into a hidden temporary sibling
+Directories are written atomically (mixit_lab.models.files.atomic_directory): into a hidden temporary sibling
 first, then swapped into place, so a crash never leaves a half-written checkpoint under the final
 name and never loses the previous one.
 """
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # torch is imported where weights are read, so that reading a
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-RUN_CHECKPOINT_DIR = "checkpoint"  # where a training run directory keeps its checkpoint (training.rundir)
+RUN_CHECKPOINT_DIR = "checkpoint"  # where a training run directory keeps its checkpoint (mixit_lab.training.rundir)
 FORMAT = "mixit-lab/model"
 # 2 added the config fields bias, unembed_bias, scaled_readout, width_scaled_temperature and pooling;
 # a version-1 config means LEGACY_DEFAULTS for them.
@@ -66,7 +66,7 @@ def write_model_files(model: torch.nn.Module, directory: Path) -> None:
 
 
 def save_model(model: torch.nn.Module, path: str | Path) -> Path:
-    """Save `model` (a models.Transformer) to directory `path`, replacing it atomically."""
+    """Save `model` (a mixit_lab.models.Transformer) to directory `path`, replacing it atomically."""
     with atomic_directory(path) as tmp:
         write_model_files(model, tmp)
     return Path(path)

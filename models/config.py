@@ -301,7 +301,7 @@ class ModelConfig:
     qk_init_std: float | None = None
     # MixiT: head 0 of each layer is a sink head (0.5 I + 0.5 on column 0). False makes every head a
     # random mixing head. The sink pulls all tokens towards token 0, so at init it is what makes
-    # token similarity grow with depth (analysis.signal); without it MixiT's stays flat.
+    # token similarity grow with depth (mixit_lab.analysis.signal); without it MixiT's stays flat.
     sink_head: bool = True
     rope_base: float = 10_000.0
     norm_eps: float = 1e-6

@@ -30,7 +30,7 @@ class TextMethods:
         """The model's tokenizer; ValueError saying how to get one when it has none."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer: trained runs carry their task's vocabulary "
-                             "(training.load_run(run_dir).model); a bare checkpoint can get one with set_tokenizer")
+                             "(mixit_lab.training.load_run(run_dir).model); a bare checkpoint can get one with set_tokenizer")
         return self.tokenizer
 
     def to_tokens(

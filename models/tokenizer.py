@@ -1,6 +1,6 @@
 """Tokenizers that travel with a model: a Hugging Face `tokenizers.Tokenizer` saved as tokenizer.json.
 
-Every model trained by `training.train` carries one (`model.tokenizer`), saved next to config.json in the
+Every model trained by `mixit_lab.training.train` carries one (`model.tokenizer`), saved next to config.json in the
 checkpoint and loaded with it (JSON only, nothing executed), so `to_tokens`, `to_str_tokens` and
 `to_string` work on it. There are two kinds.
 

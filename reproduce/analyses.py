@@ -9,10 +9,10 @@ from typing import Any, Callable
 import pandas as pd
 from tqdm.auto import tqdm
 
-from analysis.analyze import AnalysisOptions
-from models.files import atomic_file
-from training.pool import pool_map
-from training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, kept_checkpoints
+from mixit_lab.analysis.analyze import AnalysisOptions
+from mixit_lab.models.files import atomic_file
+from mixit_lab.training.pool import pool_map
+from mixit_lab.training.rundir import ANALYSIS_DIR, DYNAMICS_FILE, kept_checkpoints
 
 
 def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, workers: int, progress: bool,
@@ -40,13 +40,13 @@ def analysis_stage(trained: pd.DataFrame, out: Path, options: AnalysisOptions, w
 
 
 def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
-    from analysis.analyze import analyze_checkpoint
+    from mixit_lab.analysis.analyze import analyze_checkpoint
 
     name, run_dir, options = job
     try:
         status, _ = analyze_checkpoint(Path(run_dir), Path(run_dir) / ANALYSIS_DIR, options, device="cpu")
         if kept_checkpoints(run_dir) and (status == "computed" or not (Path(run_dir) / DYNAMICS_FILE).is_file()):
-            from analysis.dynamics import checkpoint_dynamics  # the run kept checkpoints: score them by step
+            from mixit_lab.analysis.dynamics import checkpoint_dynamics  # the run kept checkpoints: score them by step
 
             table = checkpoint_dynamics(run_dir, options.n_seqs, options.seq_len, options.seed)
             with atomic_file(Path(run_dir) / DYNAMICS_FILE) as fh:
@@ -59,7 +59,7 @@ def _analyze_job(job: tuple[str, str, AnalysisOptions]) -> dict[str, Any]:
 def _analysed(job: tuple[str, str, AnalysisOptions]) -> bool:
     """Whether a run's analysis (and its dynamics table, for a run that kept checkpoints) is current: a worker would
     only say "cached". Anything wrong is left to the worker, which reports it."""
-    from analysis.analyze import cached_analysis
+    from mixit_lab.analysis.analyze import cached_analysis
 
     _, run_dir, options = job
     try:

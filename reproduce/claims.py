@@ -1,12 +1,12 @@
 """What a finding is made of: its parts, each judged as a Claim, and the base class the seven findings share.
 
-    from reproduce.claims import Claim, Finding, Part
+    from mixit_lab.reproduce.claims import Claim, Finding, Part
     claims = finding.check(tables)      # one Claim per part: its numbers and whether it holds (None: missing)
     finding.criterion()                 # the criterion's text, generated from the finding's thresholds
 
-A finding (reproduce.findings) is a frozen dataclass whose fields are its thresholds, each written once:
+A finding (mixit_lab.reproduce.findings) is a frozen dataclass whose fields are its thresholds, each written once:
 the check reads them, and the criterion's text is generated from them. Its parts name what a verdict
-(reproduce.verdicts) pairs with the authors' code's, and which runs (table, task, variants) they read.
+(mixit_lab.reproduce.verdicts) pairs with the authors' code's, and which runs (table, task, variants) they read.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Claim:
 
     @classmethod
     def judged(cls, name: str, text: str, outcome: bool | None) -> Claim:
-        """A measured claim from reproduce.intervals.decide's outcome (None: undecided, said in its text)."""
+        """A measured claim from mixit_lab.reproduce.intervals.decide's outcome (None: undecided, said in its text)."""
         if outcome is None:
             return cls(name, text + " (undecided: an interval straddles its threshold)", None, undecided=True)
         return cls(name, text, outcome)
@@ -49,7 +49,7 @@ class Part:
     key: str  # the name of its Claim
     label: str  # how a verdict names it: "Dyck", "modular addition", "the paper's regime"
     criterion: str  # what it asks, e.g. "standard >= frozen_qk - 1 and frozen_qk >= mixit + 10"
-    table: str  # the report table it reads (reproduce.tables)
+    table: str  # the report table it reads (mixit_lab.reproduce.tables)
     task: str | None = None  # the task of that table's runs it reads (None: every task there)
     variants: tuple[str, ...] = ()  # the variants it compares (empty: every variant)
 

@@ -2,23 +2,25 @@
 the project (../shared/data), else a small fixed Hugging Face dataset when the Hub can be reached, else the study is
 skipped with a note saying why.
 
-    from reproduce.corpora import choose_text
+    from mixit_lab.reproduce.corpora import choose_text
     choice = choose_text("sst2", None)     # TextChoice(params={"text_file": [...train.tsv], "test_file": [...dev.tsv]})
 
-A study names the corpus it needs with `text:` (reproduce.preset.TEXT_KINDS): `lm` (WikiText-2), `sentiment` (1,000
+A study names the corpus it needs with `text:` (mixit_lab.reproduce.preset.TEXT_KINDS): `lm` (WikiText-2), `sentiment` (1,000
 Yelp review sentences) or `sst2` (SST-2 as GLUE distributes it: it trains on train.tsv and reports on dev.tsv).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a source checkout's root, or the installed mixit_lab folder
+DATA_ENV = "MIXIT_DATA"  # a corpora folder laid out as ../shared/data is, wherever it is
 
 # Corpora tried, in order, when a study needs text and no file was given: local copies of the real
-# corpora beside the project (../shared/data), then a small, fixed Hub dataset when the Hub can be reached
+# corpora (the folder in $MIXIT_DATA, else ../shared/data beside the working directory or the checkout), then a small, fixed Hub dataset when the Hub can be reached
 # (training/tasks/hub.py HUB_DATASETS). For lm the Hub dataset is the same text as the local files (WikiText-2
 # validation + test, held out by article the same way); for sentiment it is another corpus of the same
 # size: 1,000 Yelp reviews (500 per class) of yelp_polarity's test split instead of the 1,000 sentences; for sst2
@@ -49,9 +51,13 @@ class TextChoice:
 
 
 def _shared_data_dirs() -> list[Path]:
+    """The local corpora folders, in order: $MIXIT_DATA, ../shared/data beside the working directory, and beside the
+    source checkout (not beside an installed package: site-packages is no project's folder)."""
+    bases = [Path.cwd()] + ([PACKAGE_ROOT] if (PACKAGE_ROOT / "pyproject.toml").is_file() else [])
+    candidates = [Path(os.environ[DATA_ENV])] if os.environ.get(DATA_ENV) else []
     seen, out = set(), []
-    for base in (Path.cwd(), PROJECT_ROOT):
-        candidate = (base.parent / "shared" / "data").resolve()
+    for candidate in [*candidates, *(base.parent / "shared" / "data" for base in bases)]:
+        candidate = candidate.resolve()
         if candidate not in seen and candidate.is_dir():
             seen.add(candidate)
             out.append(candidate)
@@ -74,18 +80,21 @@ def _given(kind: str, files: list[str]) -> TextChoice:
 
 
 def choose_text(kind: str, files: list[str] | None, hub_check: Callable[[str], None] | None = None) -> TextChoice:
-    """Given files (--text-file / --sentiment-file / --sst2-dir), else ../shared/data, else the Hub, else skip."""
+    """Given files (--text-file / --sentiment-file / --sst2-dir), else $MIXIT_DATA or ../shared/data, else the Hub,
+    else skip."""
     if files:
         return _given(kind, files)
     source = TEXT_SOURCES[kind]
     for data in _shared_data_dirs():
         paths = {param: [data / p for p in rel] for param, rel in source["local"].items()}
         if all(p.is_file() for ps in paths.values() for p in ps):
-            shown = ", ".join(f"../shared/data/{p}" for rel in source["local"].values() for p in rel)
+            label = f"${DATA_ENV}" if os.environ.get(DATA_ENV) and data == Path(os.environ[DATA_ENV]).resolve() \
+                else "../shared/data"
+            shown = ", ".join(f"{label}/{p}" for rel in source["local"].values() for p in rel)
             return TextChoice({param: [str(p) for p in ps] for param, ps in paths.items()},
                               f"{kind}: {shown} ({source['local_about']})")
     if hub_check is None:
-        from training.tasks.hub import check_hub_reachable as hub_check
+        from mixit_lab.training.tasks.hub import check_hub_reachable as hub_check
     try:
         hub_check(source["hub"])
         return TextChoice({"dataset": source["hub"]},

@@ -1,6 +1,6 @@
 """Where the findings emerge: the scale preset's runs as one table per finding, and a report section.
 
-    from reproduce.emergence import emergence_tables, emergence_section
+    from mixit_lab.reproduce.emergence import emergence_tables, emergence_section
     tables = emergence_tables("runs/scale")       # {"scale_dyck": DataFrame, "scale_sentiment": ..., "scale_sst2": ...}
     lines = emergence_section(tables)             # Markdown lines: "## Where the findings emerge", ...
 
@@ -9,21 +9,21 @@ paper's setting for each finding that does not hold at the quick preset's size: 
 training steps (finding 3), the sentiment classifier's width, depth and heads (finding 3), the sentiment corpus
 (SST-2's 67,349 training sentences and phrases against 800 labelled sentences; finding 3), width at a fixed
 memorization dataset (finding 4), and width for the depth study (finding 5). Only runs of the study
-group `scale` count here (training.rundir.group_of: every study name starts with `scale-`); the report's
+group `scale` count here (mixit_lab.training.rundir.group_of: every study name starts with `scale-`); the report's
 paper tables leave that group out.
 
 Each table has, per variant and scale point (the axes' values as columns), the final metric's mean,
 spread (standard deviation over seeds, ddof 0, as the report's tables), median and number of seeds, and
 the paper's number where the paper gives one. Accuracies are in %; memorization is in bits per
-trainable parameter, read from each run's analysis summary (`mixit analyze`, analysis.memory), as the
+trainable parameter, read from each run's analysis summary (`mixit analyze`, mixit_lab.analysis.memory), as the
 report's Table 4. The section's sentence per finding is computed from the means: whether the finding's
 gap (standard - MixiT on Dyck and sentiment, standard - MixiT bits per parameter on memorization,
 each variant's accuracy lost from the shallowest to the deepest model on depth) shrinks, grows or
 stays as each axis moves toward the paper's setting.
 
-This module sits below reproduce.report and reproduce.selection (they import it, never the reverse); the
-paper's numbers come from analysis.paper and the table format from reproduce.markdown, as the report's.
-Given the runs table (`runs=`, analysis.runs.load_runs), it reads nothing from the runs folder but the
+This module sits below mixit_lab.reproduce.report and mixit_lab.reproduce.selection (they import it, never the reverse); the
+paper's numbers come from mixit_lab.analysis.paper and the table format from mixit_lab.reproduce.markdown, as the report's.
+Given the runs table (`runs=`, mixit_lab.analysis.runs.load_runs), it reads nothing from the runs folder but the
 memorization runs' analysis summaries.
 """
 
@@ -36,16 +36,16 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import load_runs, memory_summary, reported
-from figures.scale_common import is_sst2_study
-from models import VARIANTS
-from training.tasks import resolved_task_params
+from mixit_lab.analysis.runs import load_runs, memory_summary, reported
+from mixit_lab.figures.scale_common import is_sst2_study
+from mixit_lab.models import VARIANTS
+from mixit_lab.training.tasks import resolved_task_params
 
 from .intervals import combination, difference
 from .markdown import markdown_table as _markdown_table
-from analysis.paper import FULL_ACCURACY, PAPER
+from mixit_lab.analysis.paper import FULL_ACCURACY, PAPER
 
-SCALE = "scale"  # the study group of the scale preset (reproduce.report leaves it out of the paper's tables)
+SCALE = "scale"  # the study group of the scale preset (mixit_lab.reproduce.report leaves it out of the paper's tables)
 
 PAPER_SENTIMENT = PAPER["sentiment"]  # Table 3's sentiment accuracies (%)
 PAPER_MEMORIZE_BITS = PAPER["memorize_bits"]  # Table 4's bits per trainable parameter
@@ -67,7 +67,7 @@ class Finding:
     tolerance: float  # a change of the gap within this counts as "stays"
     paper: dict[str, float] | None = None  # the paper's number per variant, where it gives one
     about: str = ""  # the table's caption
-    sst2: bool = False  # the runs of the SST-2 studies (figures.scale_common.SST2_STUDY), else all but those
+    sst2: bool = False  # the runs of the SST-2 studies (mixit_lab.figures.scale_common.SST2_STUDY), else all but those
 
 
 FINDINGS: tuple[Finding, ...] = (
@@ -88,7 +88,7 @@ FINDINGS: tuple[Finding, ...] = (
             "The paper's numbers are on Yelp reviews at the authors' size.", sst2=True),
     Finding("scale_memorize", 4, "Finding 4, memorization: width at a fixed dataset", "memorize", ("d_model",),
             "bits_per_trainable_param", "bits per trainable parameter", 0.05, PAPER_MEMORIZE_BITS,
-            "Bits stored per trainable parameter (analysis.memory), mean over seeds, at a dataset that standard is "
+            "Bits stored per trainable parameter (mixit_lab.analysis.memory), mean over seeds, at a dataset that standard is "
             "meant to store completely at every width (the paper's fixed-data regime); `accuracy` is the share of "
             "the keys stored (%). The paper: standard > frozen_qk ≈ mixit > frozen_mlp."),
     Finding("scale_depth", 5, "Finding 5, depth: width and depth", "addition", ("d_model", "n_layers"),
@@ -101,13 +101,13 @@ FINDINGS: tuple[Finding, ...] = (
 FINDING_OF = {f.table: f for f in FINDINGS}
 TABLE_NAMES = tuple(f.table for f in FINDINGS)
 
-# Run settings that, with the axes, make one configuration (columns of analysis.runs.COLUMNS).
+# Run settings that, with the axes, make one configuration (columns of mixit_lab.analysis.runs.COLUMNS).
 CONFIG_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "batch_size")
 
 
 # --------------------------------------------------------------------------- reading runs
 def scale_runs(runs_dir: str | Path | None = None, *, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The finished runs of group `scale` (analysis.runs.COLUMNS): of `runs` (a load_runs table) when given,
+    """The finished runs of group `scale` (mixit_lab.analysis.runs.COLUMNS): of `runs` (a load_runs table) when given,
     else of the runs below runs_dir."""
     if runs is None:
         if runs_dir is None:
@@ -131,7 +131,7 @@ def _reads_memory(finding: Finding) -> bool:
 
 
 def _memory(path: Any) -> dict[str, Any]:
-    """A memorize run's analysis summary (analysis.memory via `mixit analyze`), or {}."""
+    """A memorize run's analysis summary (mixit_lab.analysis.memory via `mixit analyze`), or {}."""
     if not isinstance(path, str):
         return {}
     return memory_summary(path) or {}
@@ -166,7 +166,7 @@ def _finding_runs(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- tables
 def finding_table(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
-    """One finding's table from scale runs (analysis.runs.COLUMNS rows): per variant and scale point, the
+    """One finding's table from scale runs (mixit_lab.analysis.runs.COLUMNS rows): per variant and scale point, the
     metric's mean, std (ddof 0), median and seeds, and the paper's number (memorize: also `accuracy`, the
     keys stored in %, and the dataset's n and d)."""
     data = _finding_runs(runs, finding)

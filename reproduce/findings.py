@@ -1,15 +1,15 @@
 """The paper's seven findings as data: each a frozen dataclass whose fields are its thresholds.
 
-    from reproduce.findings import FINDINGS
+    from mixit_lab.reproduce.findings import FINDINGS
     for finding in FINDINGS:
         finding.title, finding.criterion()      # the criterion's text, generated from the thresholds
-        finding.check(tables)                   # one Claim per part (reproduce.claims)
+        finding.check(tables)                   # one Claim per part (mixit_lab.reproduce.claims)
 
 A threshold is written once, as a field's default; the check reads it and the criterion's text is
 generated from it, so the two cannot disagree. A finding whose data is missing is "not measured", never
-"holds". Every comparison reads a 95% interval over seeds (reproduce.intervals: Welch's t for differences of
+"holds". Every comparison reads a 95% interval over seeds (mixit_lab.reproduce.intervals: Welch's t for differences of
 means), not a point: a part holds where every interval it reads meets its threshold, fails where one misses it
-entirely, and is undecided where one straddles it. The verdicts (reproduce.verdicts) read these claims against
+entirely, and is undecided where one straddles it. The verdicts (mixit_lab.reproduce.verdicts) read these claims against
 the authors' code's.
 """
 
@@ -21,19 +21,19 @@ from typing import Any
 
 import pandas as pd
 
-from models import VARIANTS
-from training.tasks import TASKS
+from mixit_lab.models import VARIANTS
+from mixit_lab.training.tasks import TASKS
 
 from .claims import Claim, Finding, Part, join_and, missing, numbers, pct, seed_values, stuck_note
 from .intervals import Interval, combination, decide, difference, level, ratio
-from analysis.paper import FULL_ACCURACY
+from mixit_lab.analysis.paper import FULL_ACCURACY
 from .selection import STUCK_POINTS, lookup
 
 RETRIEVAL_VARIANTS = ("standard", "frozen_mlp", "frozen_qk", "mixit")
 KHOP_VARIANTS = ("standard", "frozen_qk", "mixit")
 LM_VARIANTS = ("standard", "frozen_qk", "mixit")
 MEMORIZE_VARIANTS = ("standard", "frozen_qk", "mixit", "frozen_mlp")
-INTERVALS = "95% intervals over seeds (Welch's t; reproduce.intervals)"
+INTERVALS = "95% intervals over seeds (Welch's t; mixit_lab.reproduce.intervals)"
 # How a verdict names a task of Table 3.
 TASK_LABELS = {"addition": "addition", "dyck": "Dyck", "modadd": "modular addition", "memorize": "memorize",
                "sentiment": "sentiment"}
@@ -171,7 +171,7 @@ class AlgorithmicFinding(Finding):
 
 @dataclass(frozen=True)
 class MemorizationFinding(Finding):
-    """Finding 4 on Table 4, in two regimes (reproduce.tables.memorize_regimes).
+    """Finding 4 on Table 4, in two regimes (mixit_lab.reproduce.tables.memorize_regimes).
 
     The paper's Table 4 is a fixed dataset that standard memorizes completely (their 512^2 keys of 9 bits,
     2,359,296 bits, by a model of 790,400 trainable parameters: exactly their 2.98 bits per parameter), so its
@@ -351,7 +351,7 @@ def _spread_values(row: pd.Series) -> list[float]:
 
 @dataclass(frozen=True)
 class InductionFinding(Finding):
-    """Finding 6 on the task-aligned score (analysis.heads.task_induction_scores) of each seed's top head, read over
+    """Finding 6 on the task-aligned score (mixit_lab.analysis.heads.task_induction_scores) of each seed's top head, read over
     seeds as intervals.
 
     Why these thresholds:

@@ -1,12 +1,12 @@
 """Each finding across the learning-rate grid, and the learning rate each variant of a verdict was measured at.
 
-    from reproduce.grid import across_the_grid, measured_at
+    from mixit_lab.reproduce.grid import across_the_grid, measured_at
     grid = across_the_grid(tuning_runs("runs/quick"), "runs/quick")   # finding id -> {lr: verdict}
     grid_text(grid[3])    # "holds at none of 0.0003, 0.001, 0.003, 0.01 (fails at every one)"
 
-A verdict is read at each variant's chosen learning rate (reproduce.tuning). Whether it is a statement about the
+A verdict is read at each variant's chosen learning rate (mixit_lab.reproduce.tuning). Whether it is a statement about the
 architecture or about that choice shows on the grid: the same finding judged with every variant at one shared
-learning rate, for each rate the grid tried, on the tuning seeds' runs of the record (analysis.runs.tuning_runs;
+learning rate, for each rate the grid tried, on the tuning seeds' runs of the record (mixit_lab.analysis.runs.tuning_runs;
 one seed each, so each comparison is a point, said so). The signal and speed tables do not depend on a learning
 rate and are the runs folder's own.
 """

@@ -1,7 +1,7 @@
 """Intervals over seeds: every difference a verdict reads comes with a 95% interval, and a criterion reads the
 interval, not a point.
 
-    from reproduce.intervals import combination, difference, level, decide
+    from mixit_lab.reproduce.intervals import combination, difference, level, decide
     d = difference(mixit, standard)   # mean(mixit) - mean(standard) over seeds, with Welch's 95% t interval
     d.at_least(-5)                    # True: all of it >= -5; False: all of it below; None: it straddles -5
     decide(d.at_least(-5), level(standard).at_least(90))   # False if any fails, None if any straddles, else True

@@ -1,5 +1,5 @@
-"""Markdown tables of the reports, one format for the report (reproduce.report) and its scale section
-(reproduce.emergence)."""
+"""Markdown tables of the reports, one format for the report (mixit_lab.reproduce.report) and its scale section
+(mixit_lab.reproduce.emergence)."""
 
 from __future__ import annotations
 

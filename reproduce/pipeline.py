@@ -2,17 +2,17 @@
 draw the figures and write the report. Every stage resumes: finished runs, analyses and measurements
 are kept, so rerunning an interrupted reproduction continues where it stopped.
 
-    from reproduce.pipeline import reproduce
-    from reproduce.preset import load_preset
-    reproduce(load_preset("smoke"), out="runs/smoke", report_dir="reports/smoke", figures_dir="figures/out/smoke")
+    from mixit_lab.reproduce.pipeline import reproduce
+    from mixit_lab.reproduce.preset import load_preset
+    reproduce(load_preset("smoke"), out="runs/smoke", report_dir="reports/smoke", figures_dir="reports/smoke/figures")
 
 Layout of `out` (the runs directory that figures, the report and the explorer read):
 
     reproduce.json               preset name, its resolved contents, corpus notes, stage timings
-    <study>/<run>/               one run directory per training run (see training.trainer), + analysis/
+    <study>/<run>/               one run directory per training run (see mixit_lab.training.trainer), + analysis/
     <study>/summary.csv          one row per run of the study
-    signal/signal.csv            token covariance and cosine vs depth at initialisation (analysis.signal)
-    speed/speed.csv              training throughput per variant (training.benchmark)
+    signal/signal.csv            token covariance and cosine vs depth at initialisation (mixit_lab.analysis.signal)
+    speed/speed.csv              training throughput per variant (mixit_lab.training.benchmark)
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from typing import Any, Callable
 import pandas as pd
 from tqdm.auto import tqdm
 
-from analysis.analyze import AnalysisOptions
-from models import ModelConfig
-from models.files import atomic_file, read_json, write_json
-from training.rundir import (
+from mixit_lab.analysis.analyze import AnalysisOptions
+from mixit_lab.models import ModelConfig
+from mixit_lab.models.files import atomic_file, read_json, write_json
+from mixit_lab.training.rundir import (
     DATA_CACHE_DIR, LAST_STUDY_FILE, LOCK_FILE, MANIFEST, REPORT_FILE, RUNS_SUMMARY, SIGNAL_FILE, SPEED_FILE,
     TUNING_FILE, is_finished, read_summary, run_lock, write_runs_table,
 )
-from training.config import TrainConfig
-from training.settings import SettingsChanged, model_differences, settings_differences
-from training.sweep import Executor, Run, _tasks_from_file, expand_grid_models, train_runs
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.settings import SettingsChanged, model_differences, settings_differences
+from mixit_lab.training.sweep import Executor, Run, tasks_from_file, expand_grid_models, train_runs
 
 from .analyses import analysis_stage
 from .corpora import TextChoice, choose_text
@@ -56,7 +56,7 @@ def _preset_grid(preset: Preset, text: dict[str, TextChoice], out: Path | None) 
     """Every run of the preset with its model config; text studies without a corpus drop out (see preset_runs)."""
     runs: list[Planned] = []
     for study, spec in preset.studies.items():
-        tasks = _tasks_from_file(spec.tasks, as_names=False)  # a preset's own tasks as written: its runs' names
+        tasks = tasks_from_file(spec.tasks, as_names=False)  # a preset's own tasks as written: its runs' names
         if spec.text:
             choice = text[spec.text]
             if choice.skipped:
@@ -88,7 +88,7 @@ def preset_runs(preset: Preset, text: dict[str, TextChoice], out: Path | None = 
 class Plan:
     """What one `mixit reproduce` resolves before anything runs, once (the command line builds it and the pipeline
     and its workers use it): the corpora, every run's config and model, each checked against a run already in `out`,
-    and for a preset that tries several learning rates, where each setting's choice comes from (reproduce.tuning)."""
+    and for a preset that tries several learning rates, where each setting's choice comes from (mixit_lab.reproduce.tuning)."""
 
     out: Path
     text: dict[str, TextChoice]
@@ -122,7 +122,7 @@ def plan_reproduction(preset: Preset, out: str | Path, text_files: list[str] | N
                       sentiment_files: list[str] | None = None, hub_check: Callable[[str], None] | None = None,
                       cache: bool = True, sst2_dir: str | None = None, tune: bool = False,
                       tuning_file: str | Path | None = None) -> Plan:
-    """Choose the corpora, expand the grid, find where the learning rates are chosen (reproduce.tuning: `tune`
+    """Choose the corpora, expand the grid, find where the learning rates are chosen (mixit_lab.reproduce.tuning: `tune`
     trains the grid now, else `tuning_file` or the preset's recorded tuning) and refuse a run directory trained
     otherwise (SettingsChanged): every input error before anything trains. `cache`: write text studies' token caches
     into `out` (False: a dry run writes nothing)."""
@@ -179,8 +179,8 @@ def train_stage(plan: Plan, runs: list[Run], executor: Executor, progress: bool,
     todo.sort(key=lambda n: -costs[n])  # longest first: better packing on few workers
     fast = [by for by in (dict(runs)[n] for n in todo) if by.precision == "fast"]
     if fast:  # measured here, before the workers start, into each study's cache, which its runs' trainers read
-        from training.precision import cpu_bf16_speedup, resolve_precision
-        from training.machine import pick_device
+        from mixit_lab.training.precision import cpu_bf16_speedup, resolve_precision
+        from mixit_lab.training.machine import pick_device
 
         device = pick_device(fast[0].device)
         if device.type == "cpu":
@@ -246,7 +246,7 @@ def tune_stage(plan: Plan, executor: Executor, progress: bool, log: Callable[[st
 
 def tuning_about(plan: Plan) -> dict[str, Any]:
     """What a tuning trained now records of itself: its grids, its seeds, where and when."""
-    from training.provenance import provenance
+    from mixit_lab.training.provenance import provenance
 
     seeds = sorted({cfg.seed for n, cfg in plan.grid if n in set(plan.tuning.tuning_runs)})
     grids = sorted({tuple(lrs) for lrs in plan.tuning.grids.values()})
@@ -271,7 +271,7 @@ def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.Dat
 
 
 def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
-    from analysis.signal import signal_propagation
+    from mixit_lab.analysis.signal import signal_propagation
 
     config = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128], "seeds": [0, 1, 2],
               **spec}
@@ -295,12 +295,12 @@ def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) ->
 def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
     import torch
 
-    from training.benchmark import COLUMNS, measure_throughput
+    from mixit_lab.training.benchmark import COLUMNS, measure_throughput
 
     config = {"variants": "all", "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch_size": 32,
               "vocab": 512, "steps": 5, "repeats": 3, "warmup": 2, "device": "auto", **spec}
     if config["variants"] == "all":
-        from models import VARIANTS
+        from mixit_lab.models import VARIANTS
 
         config["variants"] = list(VARIANTS)
     before = torch.get_num_threads()
@@ -315,8 +315,8 @@ def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> 
 
 # --------------------------------------------------------------------------- figures and report, when their inputs changed
 CODE_PACKAGES = ("analysis", "figures", "reproduce")  # whose files a figure or the report is made by
-# What counts as code there: sources and the data they ship (presets, the authors' reference), not what a run writes
-# inside a package folder (`figures/out/`, the default figures folder: its images would change the fingerprint they
+# What counts as code there: sources and the data they ship (presets, the authors' reference), not what a study writes
+# inside a package folder when told to (`--figures-dir figures/mine`: its images would change the fingerprint they
 # are drawn under, so the first rerun of a fresh study redrew everything).
 CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json")
 
@@ -363,8 +363,7 @@ def figures_stage(out: Path, figures_dir: Path, runs: pd.DataFrame, previous: di
                                                                         files_before):
         log(f"figures: unchanged ({len(files_before)} files in {figures_dir})")
         return made_before, {}
-    import figures
-
+    from mixit_lab import figures
     failed: dict[str, str] = {}
     try:
         made = figures.make_all(out, figures_dir, runs=runs)
@@ -507,7 +506,7 @@ def _run_stages(preset: Preset, plan: Plan, out: Path, report_dir: Path, figures
     if "speed" not in preset.skip:
         stage("speed", lambda: speed_stage(preset.speed, out, log))
 
-    from analysis.runs import load_runs
+    from mixit_lab.analysis.runs import load_runs
 
     runs = load_runs(out)  # once: the figures and the report read this table
     settings = {k: manifest[k] for k in ("preset_contents", "text", "runs", "figures_dir_resolved")}

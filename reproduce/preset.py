@@ -1,6 +1,6 @@
 """Presets of `mixit reproduce` as typed data: a `Preset` of named `Study` grids, read from YAML.
 
-    from reproduce.preset import load_preset
+    from mixit_lab.reproduce.preset import load_preset
     preset = load_preset("quick")             # reproduce/presets/quick.yaml, or a path to your own
     preset.studies["retrieval"].variants      # ['standard', 'frozen_qk', 'frozen_mlp', 'mixit']
 
@@ -10,15 +10,15 @@ A preset file is a mapping:
     train: {...}                    TrainConfig fields shared by every study
     studies: {NAME: STUDY, ...}     each a grid: variants, tasks, sizes, seeds, lrs, schedules, train, text, about
     tune: {seeds: [0]}              the tuning seeds: a study with several lrs trains them all at these seeds and
-                                    every other seed at each setting's chosen lr (reproduce.tuning)
-    analysis: {...}                 analysis.analyze.AnalysisOptions fields for the analysis stage
+                                    every other seed at each setting's chosen lr (mixit_lab.reproduce.tuning)
+    analysis: {...}                 mixit_lab.analysis.analyze.AnalysisOptions fields for the analysis stage
     signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
     skip: [signal, speed]           stages this preset leaves out (both run by default)
 
 A preset is checked whole when it loads, before anything trains: an unknown key or a bad value in any block
 (train, a study, analysis, signal, speed, skip) is one ValueError naming the file, the block and the key.
 The train blocks are checked as TrainConfig, the analysis block as AnalysisOptions, the signal and speed blocks
-against the parameters of analysis.signal.signal_propagation and training.benchmark.measure_throughput. The
+against the parameters of mixit_lab.analysis.signal.signal_propagation and mixit_lab.training.benchmark.measure_throughput. The
 blocks stay the mappings the file holds (they are the stages' cache keys), their defaults the stages' own.
 """
 
@@ -32,15 +32,15 @@ from typing import Any
 
 import yaml
 
-from models.files import as_list, load_yaml
+from mixit_lab.models.files import as_list, load_yaml
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
-TEXT_KINDS = ("lm", "sentiment", "sst2")  # what a study's `text:` may name: the corpus it needs (reproduce.corpora)
+TEXT_KINDS = ("lm", "sentiment", "sst2")  # what a study's `text:` may name: the corpus it needs (mixit_lab.reproduce.corpora)
 
 
 def _grid_default(axis: str) -> list:
-    from training.sweep import grid_defaults
+    from mixit_lab.training.sweep import grid_defaults
 
     return grid_defaults()[axis]
 
@@ -55,8 +55,8 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
 def _check_train(where: str, train: Any) -> None:
     """A `train:` block holds TrainConfig fields with values TrainConfig accepts (checked when the preset loads,
     not after training)."""
-    from models.config import check_model_extra
-    from training.config import TrainConfig
+    from mixit_lab.models.config import check_model_extra
+    from mixit_lab.training.config import TrainConfig
 
     if not isinstance(train or {}, dict):
         raise ValueError(f"{where} must be a mapping of TrainConfig fields")
@@ -80,7 +80,7 @@ def _mapping(where: str, block: Any) -> dict[str, Any]:
 
 def _check_analysis(where: str, block: Any) -> None:
     """The `analysis:` block: AnalysisOptions fields and values."""
-    from analysis.analyze import AnalysisOptions
+    from mixit_lab.analysis.analyze import AnalysisOptions
 
     try:
         AnalysisOptions.from_dict(_mapping(where, block))
@@ -97,7 +97,7 @@ def _parameters(fn: Any) -> dict[str, inspect.Parameter]:
 def _check_value(where: str, key: str, value: Any, default: Any) -> None:
     """A stage setting of the same kind as its function's default: a positive integer (lists of them for lists
     of integers), a string, a boolean; variants must be known (or "all")."""
-    from models import VARIANTS
+    from mixit_lab.models import VARIANTS
 
     def positive_int(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1)
@@ -122,7 +122,7 @@ def _check_value(where: str, key: str, value: Any, default: Any) -> None:
 
 
 def _check_model_fields(where: str, fields: dict[str, Any]) -> None:
-    from models.config import ModelConfig
+    from mixit_lab.models.config import ModelConfig
 
     allowed = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(fields) - allowed)
@@ -145,8 +145,8 @@ def _check_stage(where: str, block: Any, fn: Any, extra: tuple[str, ...] = ()) -
 def _check_signal(where: str, block: Any) -> None:
     """The `signal:` block: signal_propagation's parameters, ModelConfig fields, and `controls`
     ({label: {variant: NAME, ModelConfig fields}})."""
-    from analysis.signal import signal_propagation
-    from models.config import ModelConfig
+    from mixit_lab.analysis.signal import signal_propagation
+    from mixit_lab.models.config import ModelConfig
 
     block = _mapping(where, block)
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"variant", "d_model", "n_layers", "seed"}
@@ -160,8 +160,8 @@ def _check_signal(where: str, block: Any) -> None:
 
 def _check_speed(where: str, block: Any) -> None:
     """The `speed:` block: measure_throughput's parameters; precision one of TrainConfig's."""
-    from training.benchmark import measure_throughput
-    from training.config import PRECISIONS
+    from mixit_lab.training.benchmark import measure_throughput
+    from mixit_lab.training.config import PRECISIONS
 
     _check_stage(where, block, measure_throughput)
     precision = _mapping(where, block).get("precision", "auto")
@@ -180,7 +180,7 @@ def _check_tune(where: str, block: Any) -> None:
 
 
 def _check_schedules(where: str, schedules: Any) -> None:
-    from training.optim import SCHEDULES
+    from mixit_lab.training.optim import SCHEDULES
 
     bad = [s for s in as_list(schedules) if s not in SCHEDULES]
     if not as_list(schedules) or bad:
@@ -189,17 +189,17 @@ def _check_schedules(where: str, schedules: Any) -> None:
 
 @dataclass
 class Study:
-    """One grid of training runs: variants x tasks x sizes x seeds x lrs x schedules (training.sweep.expand_grid,
-    once per schedule). Several lrs make a tuned study (reproduce.tuning)."""
+    """One grid of training runs: variants x tasks x sizes x seeds x lrs x schedules (mixit_lab.training.sweep.expand_grid,
+    once per schedule). Several lrs make a tuned study (mixit_lab.reproduce.tuning)."""
 
     tasks: list[Any]  # names, or {name: {param: value}}
-    # An axis the study does not give takes the grid's default (training.sweep.grid_defaults); sizes: [{}]
+    # An axis the study does not give takes the grid's default (mixit_lab.training.sweep.grid_defaults); sizes: [{}]
     # leaves each size field to TrainConfig's default (or the study's train block).
     variants: list[str] = field(default_factory=lambda: _grid_default("variants"))
     sizes: list[dict[str, Any]] = field(default_factory=lambda: [{}])
     seeds: list[int] = field(default_factory=lambda: _grid_default("seeds"))
     lrs: list[float] = field(default_factory=lambda: _grid_default("lrs"))
-    schedules: list[str] | None = None  # training.optim.SCHEDULES, an axis of the grid (None: the train block's)
+    schedules: list[str] | None = None  # mixit_lab.training.optim.SCHEDULES, an axis of the grid (None: the train block's)
     # tuning_only: the study trains only its learning-rate grid at the tuning seeds (mixit reproduce --tune); its
     # chosen runs are read from the tuning record, never trained again (a side study, such as another schedule)
     tuning_only: bool = False
@@ -234,7 +234,7 @@ class Preset:
     budget: str = ""
     evidence: str = ""
     train: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] = field(default_factory=dict)  # analysis.analyze.AnalysisOptions fields
+    analysis: dict[str, Any] = field(default_factory=dict)  # mixit_lab.analysis.analyze.AnalysisOptions fields
     signal: dict[str, Any] = field(default_factory=dict)
     speed: dict[str, Any] = field(default_factory=dict)
     tune: dict[str, Any] = field(default_factory=dict)  # {seeds: [...]}: the tuning seeds (default [0])

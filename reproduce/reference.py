@@ -1,8 +1,8 @@
 """The authors' own training code at our studies' settings: the reference each finding's verdict is read against.
 
-    from reproduce.reference import load_reference, reference_runs
+    from mixit_lab.reproduce.reference import load_reference, reference_runs
     records = load_reference()            # reproduce/authors_reference.json
-    theirs = reference_runs(records, ours)  # their finished runs as rows of analysis.runs.COLUMNS
+    theirs = reference_runs(records, ours)  # their finished runs as rows of mixit_lab.analysis.runs.COLUMNS
 
 `benchmarks/authors_reference.py` writes the records: one per run of the authors' scripts (their
 commit, command, date and machine included) at the settings of one of our preset studies. A record
@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import COLUMNS, task_label
-from models.files import read_json
+from mixit_lab.analysis.runs import COLUMNS, task_label
+from mixit_lab.models.files import read_json
 
 REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
 
@@ -40,7 +40,7 @@ SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size
 ALIASES = {"mixit_weight_frozen": "mixit"}
 
 SIGNAL_TASK = "signal"  # the task of the signal records
-# reproduce.pipeline.signal_stage's own defaults (the rest are analysis.signal.signal_propagation's)
+# mixit_lab.reproduce.pipeline.signal_stage's own defaults (the rest are mixit_lab.analysis.signal.signal_propagation's)
 SIGNAL_STAGE_DEFAULTS = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128],
                          "seeds": [0, 1, 2]}
 SIGNAL_PARAMS = ("n_ctx", "d_vocab", "n_seqs")  # a signal record's task_params
@@ -88,7 +88,7 @@ def _fraction(x: Any) -> float | None:
 
 
 def record_row(rec: dict[str, Any]) -> dict[str, Any]:
-    """One record as a finished run (analysis.runs.COLUMNS, plus its memorization result under "memory")."""
+    """One record as a finished run (mixit_lab.analysis.runs.COLUMNS, plus its memorization result under "memory")."""
     params = dict(rec.get("task_params") or {})
     row: dict[str, Any] = {c: None for c in COLUMNS}
     accuracy = _fraction(rec.get("accuracy", rec.get("value") if rec.get("metric") == "accuracy" else None))
@@ -144,7 +144,7 @@ def _metric(row: dict[str, Any]) -> tuple[str, float | None]:
     memory = row.get("memory")
     if row.get("task") == "memorize" and row.get("group") == "memorize":
         if not isinstance(memory, dict) and isinstance(row.get("path"), str):
-            from analysis.runs import memory_summary
+            from mixit_lab.analysis.runs import memory_summary
 
             memory = memory_summary(row["path"])
         value = (memory or {}).get("bits_per_trainable_param")
@@ -225,7 +225,7 @@ def signal_settings(block: dict[str, Any]) -> dict[str, Any]:
     `controls` {label: {variant, fields}}. `device` is left out (where it ran, not what it measured)."""
     import inspect
 
-    from analysis.signal import signal_propagation
+    from mixit_lab.analysis.signal import signal_propagation
 
     params = inspect.signature(signal_propagation).parameters
     defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
@@ -253,7 +253,7 @@ TABLE7_COLUMNS = ["variant", "d_model", "depth", "covariance", "cosine"]
 
 
 def reference_signal(records: list[dict[str, Any]], signal_path: str | Path | None) -> pd.DataFrame:
-    """The reference Table 7 (reproduce.tables._table7's columns): per variant or control, width and depth of our
+    """The reference Table 7 (mixit_lab.reproduce.tables._table7's columns): per variant or control, width and depth of our
     signal stage (its settings from the cache key beside `signal_path`, signal/signal.json), the last-layer
     covariance and cosine of the authors' model at init, means over the signal records of our seeds. A row
     needs a record for every seed of ours at the same heads, n_ctx, d_vocab, n_seqs and model fields; empty

@@ -1,17 +1,17 @@
 """The reproduction report: the paper's tables with our numbers beside theirs, and a verdict per finding.
 
-    from reproduce.report import write_report
+    from mixit_lab.reproduce.report import write_report
     findings = write_report("runs/quick", "reports/quick", manifest)    # report.md + one CSV per table
 
-The report is written from one runs table (analysis.runs.load_runs, read once, or given as `runs=`), which
+The report is written from one runs table (mixit_lab.analysis.runs.load_runs, read once, or given as `runs=`), which
 every table builder reads. The work is split by job, one module each:
 
-    reproduce.selection  which runs a table reads; statistics over seeds (medians, stuck seeds)
-    reproduce.tables     the tables (build_tables, reference_tables, memorize_regimes)
-    reproduce.claims     a finding's parts and claims (Claim, Part, Finding)
-    reproduce.findings   the seven findings, thresholds as named fields (FINDINGS)
-    reproduce.verdicts   verdicts against the authors' code (check_findings, verdict_of, VERDICTS)
-    reproduce.emergence  the scale preset's tables and section
+    mixit_lab.reproduce.selection  which runs a table reads; statistics over seeds (medians, stuck seeds)
+    mixit_lab.reproduce.tables     the tables (build_tables, reference_tables, memorize_regimes)
+    mixit_lab.reproduce.claims     a finding's parts and claims (Claim, Part, Finding)
+    mixit_lab.reproduce.findings   the seven findings, thresholds as named fields (FINDINGS)
+    mixit_lab.reproduce.verdicts   verdicts against the authors' code (check_findings, verdict_of, VERDICTS)
+    mixit_lab.reproduce.emergence  the scale preset's tables and section
 
 Each finding's criterion is written out in the report, and a finding whose data is missing is "not
 measured", never "holds". findings.json holds, per finding, the keys of check_findings: its verdict, its
@@ -28,9 +28,9 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from analysis.runs import damaged_files, load_runs, reported, tuning_runs
-from models.files import atomic_directory, atomic_file, recover_directory, remove_leftovers, write_json, write_text
-from training.rundir import REPORT_FILE
+from mixit_lab.analysis.runs import damaged_files, load_runs, reported, tuning_runs
+from mixit_lab.models.files import atomic_directory, atomic_file, recover_directory, remove_leftovers, write_json, write_text
+from mixit_lab.training.rundir import REPORT_FILE
 
 from .emergence import emergence_section, emergence_tables
 from .findings import FINDINGS
@@ -55,18 +55,18 @@ TITLES = {
     "table4_memorize_sizes": ("Memorization per dataset size", "Accuracy and bits for every n (keys = n^d)."),
     "table6_depth": ("Table 6: addition accuracy vs depth", "Final eval accuracy (%)."),
     "table7_signal": ("Table 7: token covariance vs depth at initialisation",
-                      "Mean off-diagonal token covariance and cosine after the last layer (analysis.signal)."),
+                      "Mean off-diagonal token covariance and cosine after the last layer (mixit_lab.analysis.signal)."),
     "induction": ("Induction heads",
                   "task_*: on the k-hop eval inputs, the head with the most attention from each answer's query to "
                   "the two positions holding the answer, its letter in the input and that letter's aligned position "
-                  "in the answer part (non-null answers; analysis.heads.task_induction_scores), per variant the "
+                  "in the answer part (non-null answers; mixit_lab.analysis.heads.task_induction_scores), per variant the "
                   "run where it is highest; task_shuffled is that head's attention on other sequences' "
                   "sources (what position alone gives), task_chance attention spread evenly over the visible "
                   "keys, task_positional the most attention that ignores the tokens can get, ablation_drop the "
                   "accuracy (points) lost by mean-ablating the head. repeat_*: the TransformerLens-style induction "
                   "score on repeated random tokens [r, r], which k-hop models never see, as context."),
     "components": ("Who does the work", "Inside each trained model, on its task's eval inputs "
-                   "(analysis.components): `share` is the part of the answer's logit difference (answer minus the "
+                   "(mixit_lab.analysis.components): `share` is the part of the answer's logit difference (answer minus the "
                    "strongest other token) written directly by all attention layers or all MLPs (direct logit "
                    "attribution; the rest comes from the embeddings); `mean_drop` and `resample_drop` the accuracy "
                    "(points) lost when every attention layer, or every MLP, has its output replaced by its mean over "
@@ -123,7 +123,7 @@ def precision_line(runs: pd.DataFrame) -> str:
 
 FINDINGS_TABLE_HEAD = ["| # | finding | criterion | ours | learning rates (each variant's chosen) | across the "
                        "learning-rate grid | authors' code, same settings | verdict |", "|---|---|---|---|---|---|---|---|"]
-FINDINGS_FILE = "findings.json"  # the report folder's files: report.md (training.rundir.REPORT_FILE), these,
+FINDINGS_FILE = "findings.json"  # the report folder's files: report.md (mixit_lab.training.rundir.REPORT_FILE), these,
 REPORT_TABLE = "{}.csv"  # and one CSV per table (the explorer's Study page reads them)
 NESTED_KEYS = ("runs", "parts")  # findings.json's lists, left out of findings.csv
 
@@ -133,8 +133,8 @@ def write_report(runs_dir: str | Path, report_dir: str | Path, manifest: dict[st
                  runs: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     """Write report.md, findings.json, findings.csv and one CSV per table into report_dir; return the findings.
 
-    `reference`: the authors' code's records (reproduce.reference; default: the recorded file). `runs`: the
-    runs below runs_dir as analysis.runs.load_runs gives them (read here when not given)."""
+    `reference`: the authors' code's records (mixit_lab.reproduce.reference; default: the recorded file). `runs`: the
+    runs below runs_dir as mixit_lab.analysis.runs.load_runs gives them (read here when not given)."""
     runs_dir, report_dir = Path(runs_dir), Path(report_dir)
     check_report_dir(report_dir, runs_dir)
     runs = load_runs(runs_dir) if runs is None else runs
@@ -185,7 +185,7 @@ def is_report_file(name: str) -> bool:
 
 @contextlib.contextmanager
 def report_folder(report_dir: Path) -> Iterator[Path]:
-    """A folder to write a report into, swapped in whole for `report_dir` when the block ends (models.files.
+    """A folder to write a report into, swapped in whole for `report_dir` when the block ends (mixit_lab.models.files.
     atomic_directory): a reader or a kill never sees one reproduction's tables beside another's report.md. What
     else the folder holds (a figures folder put inside it, notes of one's own) is copied over first, so it stays."""
     recover_directory(report_dir)  # a swap a kill interrupted: the complete copy back first

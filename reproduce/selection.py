@@ -1,12 +1,12 @@
 """Which runs a report table reads, and the statistics over seeds every table shares.
 
-    from reproduce.selection import select, accuracy_stats
+    from mixit_lab.reproduce.selection import select, accuracy_stats
     dyck = select(runs, "dyck", "algorithmic")            # finished dyck runs of that study (else of any)
     stats = accuracy_stats(dyck, ["variant", "task_label"])  # mean, std, seeds, median, stuck seeds (%)
 
-`runs` is a table of analysis.runs.load_runs (one row per run). The paper's tables never read the
+`runs` is a table of mixit_lab.analysis.runs.load_runs (one row per run). The paper's tables never read the
 beyond-the-paper group (grid models, not the paper's variants) nor the scale group (runs that sweep
-one setting, tabled by reproduce.emergence).
+one setting, tabled by mixit_lab.reproduce.emergence).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import reported
-from models import VARIANTS
+from mixit_lab.analysis.runs import reported
+from mixit_lab.models import VARIANTS
 
 from .emergence import SCALE
 
@@ -31,7 +31,7 @@ STUCK_POINTS = 30.0
 
 
 def finished(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs whose training finished, each at its setting's chosen learning rate (analysis.runs.reported: a tuned
+    """The runs whose training finished, each at its setting's chosen learning rate (mixit_lab.analysis.runs.reported: a tuned
     study's runs at the other learning rates are its tuning grid, read from the tuning record, never here)."""
     return reported(runs)
 
@@ -54,7 +54,7 @@ def select(runs: pd.DataFrame, task: str, study: str | None = None, fallback: bo
 
 def mean_by(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     """Mean and spread over seeds of `value` per `keys`, the number of seeds, and the values themselves in seed
-    order (`{value}_values`: what reproduce.intervals reads)."""
+    order (`{value}_values`: what mixit_lab.reproduce.intervals reads)."""
     if df.empty:
         return pd.DataFrame(columns=[*keys, value, f"{value}_std", "seeds", f"{value}_values"])
     ordered = df.sort_values("seed", kind="stable") if "seed" in df else df

@@ -1,13 +1,13 @@
 """The report's tables: the paper's tables with our numbers beside theirs, built from one runs table.
 
-    from reproduce.tables import build_tables, tables_with_sources
+    from mixit_lab.reproduce.tables import build_tables, tables_with_sources
     tables = build_tables("runs/quick")                   # {"table1_retrieval": DataFrame, ...}
     tables, sources = tables_with_sources(runs, runs_dir)  # and which runs each table read
 
-Every number comes from the runs table (analysis.runs.load_runs: summaries, and analysis/ results read
+Every number comes from the runs table (mixit_lab.analysis.runs.load_runs: summaries, and analysis/ results read
 per run) and the runs folder's stage files (signal/signal.csv, speed/speed.csv). Runs are picked by
 task, from the study named for a table when it exists (retrieval, khop, lm, algorithmic, sentiment,
-memorize, depth), else from any study (reproduce.selection). Accuracies are final eval accuracies over
+memorize, depth), else from any study (mixit_lab.reproduce.selection). Accuracies are final eval accuracies over
 seeds (mean, spread and median).
 """
 
@@ -19,14 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.component_map import who_does_the_work
-from analysis.runs import by_loss, load_runs, memory_summary, reported
-from training.record import read_analysis
-from training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
-from training.run import run_task
-from training.tasks import TASKS, resolved_task_params
+from mixit_lab.analysis.component_map import who_does_the_work
+from mixit_lab.analysis.runs import by_loss, load_runs, memory_summary, reported
+from mixit_lab.training.record import read_analysis
+from mixit_lab.training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
+from mixit_lab.training.run import run_task
+from mixit_lab.training.tasks import TASKS, resolved_task_params
 
-from analysis.paper import FULL_ACCURACY, PAPER
+from mixit_lab.analysis.paper import FULL_ACCURACY, PAPER
 from .reference import load_reference, reference_runs, reference_signal
 from .selection import BEYOND, accuracy_stats, finished, in_variant_order, mean_by, papers_runs, select
 
@@ -67,12 +67,12 @@ def tables_with_sources(runs: pd.DataFrame, runs_dir: str | Path | None,
 
 def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str, Any]] | None = None, *,
                      runs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables from the authors' code (reproduce.reference), at the settings of the runs our report
+    """The report's tables from the authors' code (mixit_lab.reproduce.reference), at the settings of the runs our report
     reads (`runs`, a load_runs table, when given, else the runs below runs_dir; a tuned setting's at its chosen
     learning rate, so that "the authors' code, same settings" is at each variant's chosen rate).
 
     Only the tables their scripts can fill (accuracy, memorization, depth) have rows, and Table 7 from their model
-    at init at our signal stage's settings (runs_dir's signal/signal.json; reproduce.reference.reference_signal);
+    at init at our signal stage's settings (runs_dir's signal/signal.json; mixit_lab.reproduce.reference.reference_signal);
     the others are empty."""
     records = load_reference() if records is None else records
     if runs is None:
@@ -87,7 +87,7 @@ def reference_tables(runs_dir: str | Path | None = None, records: list[dict[str,
 
 def _build(runs: pd.DataFrame, runs_dir: Path | None,
            fallback: bool = True) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
-    """The tables from `runs` (rows of analysis.runs.COLUMNS) and the runs each read; runs_dir holds the signal
+    """The tables from `runs` (rows of mixit_lab.analysis.runs.COLUMNS) and the runs each read; runs_dir holds the signal
     and speed stages' files (None: those tables are empty). fallback=False: a table reads only its own study's
     runs (the reference's, whose other studies were run at other settings)."""
 

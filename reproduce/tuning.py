@@ -1,13 +1,13 @@
 """The tune stage of `mixit reproduce`: which of a preset's runs choose a learning rate, where the choices come from,
 and which runs are then trained at each variant's chosen learning rate.
 
-    from reproduce.tuning import plan_tuning
+    from mixit_lab.reproduce.tuning import plan_tuning
     tuning = plan_tuning(preset, grid, tune=False)   # the preset's recorded tuning (reproduce/tuning/PRESET.json)
     tuning.runs_to_train(grid, tuning.record.choices())
 
-A study whose `lrs` (or `schedules`) name several options is tuned: each setting it trains (training.tuning's
+A study whose `lrs` (or `schedules`) name several options is tuned: each setting it trains (mixit_lab.training.tuning's
 `tuning_key`: everything but the learning rate and seed) is trained at every learning rate at the preset's tuning
-seeds (`tune: {seeds: [0]}`), and each setting's learning rate is chosen on its tuning set (training.tuning.choose).
+seeds (`tune: {seeds: [0]}`), and each setting's learning rate is chosen on its tuning set (mixit_lab.training.tuning.choose).
 Every other seed is trained at the chosen learning rate only; so is the tuning seed, whose run at the chosen rate
 is the tuning run itself. The choices come from one of two places:
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import TrainConfig
-from training.tuning import Tuning, corpus_key, tuning_key
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.tuning import Tuning, corpus_key, tuning_key
 
 TUNING_DIR = Path(__file__).resolve().parent / "tuning"  # the presets' recorded tunings, one file per preset
 TUNED_NOW = "trained now (mixit reproduce --tune)"
@@ -135,9 +135,9 @@ def _read_choices(record: Tuning, grids: dict[str, list[float]],
 def record_from_runs(plan: TuningPlan, grid: list[tuple[str, TrainConfig]], out: Path,
                      about: dict[str, Any]) -> Tuning:
     """The record of a grid trained now: each tuning run's settings, summary and kept analyses, read from `out`."""
-    from models.files import read_json
-    from training.record import read_analysis
-    from training.rundir import SUMMARY_FILE
+    from mixit_lab.models.files import read_json
+    from mixit_lab.training.record import read_analysis
+    from mixit_lab.training.rundir import SUMMARY_FILE
 
     configs = dict(grid)
     runs = []

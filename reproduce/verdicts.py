@@ -1,10 +1,10 @@
 """Each finding's verdict: our numbers against its criterion, and where they fail it, the authors' code's.
 
-    from reproduce.verdicts import check_findings
+    from mixit_lab.reproduce.verdicts import check_findings
     findings = check_findings(tables, reference_tables, sources)   # one dict per finding (findings.json)
 
 Where our numbers fail a criterion, the same criterion is applied to the authors' own code at the same
-settings (reproduce.reference), part by part, and the verdict says which case each failing part is: the
+settings (mixit_lab.reproduce.reference), part by part, and the verdict says which case each failing part is: the
 authors' code agrees (the claim does not show at this size), it holds where ours does not (a reproduction
 failure), or there is no reference. Each case is said once, naming its parts: "does not hold: the
 authors' code agrees on Dyck and modular addition; memorize and sentiment have no reference".
@@ -108,7 +108,7 @@ def part_rows(parts: tuple[Part, ...], ours: list[Claim], theirs: list[Claim] | 
 
 def runs_read(parts: tuple[Part, ...], sources: pd.DataFrame | None) -> list[str]:
     """The run directories (relative to the runs folder) whose numbers the parts read, from the tables' sources
-    (reproduce.tables.tables_with_sources); [] without sources."""
+    (mixit_lab.reproduce.tables.tables_with_sources); [] without sources."""
     if sources is None or sources.empty:
         return []
     read: set[str] = set()
@@ -140,6 +140,6 @@ def judge(finding: Finding, tables: dict[str, pd.DataFrame], reference: dict[str
 def check_findings(tables: dict[str, pd.DataFrame], reference: dict[str, pd.DataFrame] | None = None,
                    sources: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     """Each finding (FINDINGS) judged: its criterion, our numbers, the authors' code's numbers at the same
-    settings (from `reference`, tables as reproduce.tables.reference_tables gives them), the verdict (VERDICTS)
+    settings (from `reference`, tables as mixit_lab.reproduce.tables.reference_tables gives them), the verdict (VERDICTS)
     and its text, per part the two sides ("parts"), and the runs it read ("runs", from `sources`)."""
     return [{"id": i, **judge(finding, tables, reference, sources)} for i, finding in enumerate(FINDINGS, 1)]

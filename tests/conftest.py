@@ -46,7 +46,7 @@ def one_thread():
 @pytest.fixture
 def tiny_cfg():
     """Factory for small model configs used across tests."""
-    from models import ModelConfig
+    from mixit_lab.models import ModelConfig
 
     def make(variant: str = "standard", **kw) -> ModelConfig:
         base = dict(variant=variant, d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=13, seed=0)
@@ -66,7 +66,7 @@ TINY_SENTENCES = "\n".join(
 
 def _tiny_run(root: Path, study: str, name: str, task: str, params: dict, variant: str, n_layers: int = 2,
               steps: int = 30, keep: int = 0) -> Path:
-    from training import TrainConfig, train
+    from mixit_lab.training import TrainConfig, train
 
     cfg = TrainConfig(task=task, task_params=params, variant=variant, d_model=16, n_layers=n_layers, n_heads=2,
                       seed=0, steps=steps, batch_size=32, lr=3e-3, eval_every=10, eval_samples=64, log_every=10,
@@ -91,9 +91,9 @@ def explorer_runs(tmp_path_factory) -> dict:
     import shutil
     import warnings
 
-    from analysis.analyze import analyze_checkpoint
-    from analysis.signal import signal_propagation
-    from training.benchmark import measure_throughput
+    from mixit_lab.analysis.analyze import analyze_checkpoint
+    from mixit_lab.analysis.signal import signal_propagation
+    from mixit_lab.training.benchmark import measure_throughput
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

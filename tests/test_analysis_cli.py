@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-import analysis.heads
-from analysis.common import checkpoint_hash
-from models import ModelConfig, build_model, load_model
-from training import TrainConfig, train
-from cli.main import main
+import mixit_lab.analysis.heads
+from mixit_lab.analysis.common import checkpoint_hash
+from mixit_lab.models import ModelConfig, build_model, load_model
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.cli.main import main
 
 SMALL = ["--n-seqs", "4", "--eval-samples", "32"]
 
@@ -72,8 +72,8 @@ def test_analyses_read_only_the_rows_the_run_held_out(tmp_path, capsys):
 
 
 def test_khop_run_gets_the_task_aligned_induction_score_and_its_ablation(tmp_path, capsys):
-    from analysis.ablation import ablate_heads
-    from training.tasks import get_task
+    from mixit_lab.analysis.ablation import ablate_heads
+    from mixit_lab.training.tasks import get_task
 
     params = {"hops": 1, "length": 8, "alphabet": 4}
     run = tiny_run(tmp_path / "khop", "khop", params, steps=6)
@@ -113,8 +113,8 @@ def test_analysis_is_cached_until_the_checkpoint_changes(tmp_path, capsys, monke
     stamp, first = meta_file.stat().st_mtime_ns, json.loads(meta_file.read_text())
 
     calls = []
-    real = analysis.heads.head_scores  # what the heads analysis calls
-    monkeypatch.setattr(analysis.heads, "head_scores", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = mixit_lab.analysis.heads.head_scores  # what the heads analysis calls
+    monkeypatch.setattr(mixit_lab.analysis.heads, "head_scores", lambda *a, **k: calls.append(1) or real(*a, **k))
     code, out, _ = run_cli(["analyze", str(run), *SMALL, "--ablation", "zero"], capsys)
     assert code == 0 and "cached" in out and calls == [] and meta_file.stat().st_mtime_ns == stamp
 
@@ -215,6 +215,6 @@ def test_analyze_text_runs_language_model_and_classifier(tmp_path, capsys, gener
 
 @pytest.mark.slow  # a fresh interpreter per case
 def test_python_m_entry_point_reports_analyze_errors_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "cli", "analyze", str(tmp_path / "missing")],
+    done = subprocess.run([sys.executable, "-m", "mixit_lab.cli", "analyze", str(tmp_path / "missing")],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 2 and done.stderr.strip() == f"mixit analyze: error: {tmp_path / 'missing'}: no such file or directory"

@@ -5,12 +5,12 @@ import pytest
 import torch
 from transformer_lens import head_detector as hd
 
-from analysis.heads import (
+from mixit_lab.analysis.heads import (
     SCORES, copying_scores, head_scores, in_context_loss, repeated_tokens, source_attention_scores, source_chance,
     task_induction_scores,
 )
-from models import ModelConfig, build_model
-from training.tasks import get_task
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.training.tasks import get_task
 
 
 def induction_model(d_vocab: int = 32, n_ctx: int = 64):
@@ -345,7 +345,7 @@ def _khop_run(tmp_path, task, model):
     """A run directory as analyses read it: run.json (the train config) + checkpoint/."""
     import json
 
-    from training import TrainConfig
+    from mixit_lab.training import TrainConfig
 
     run = tmp_path / "run"
     model.save_pretrained(run / "checkpoint")
@@ -355,9 +355,9 @@ def _khop_run(tmp_path, task, model):
 
 
 def test_analyses_take_a_run_directory_or_checkpoint_path(tmp_path):
-    from analysis.ablation import ablate_heads
-    from analysis.attention import attention_stats
-    from analysis.common import as_model
+    from mixit_lab.analysis.ablation import ablate_heads
+    from mixit_lab.analysis.attention import attention_stats
+    from mixit_lab.analysis.common import as_model
 
     task = get_task("khop", hops=1, length=8, alphabet=6)
     model = _khop_model(task, init_std=0.2)
@@ -380,7 +380,7 @@ def test_analyses_take_a_run_directory_or_checkpoint_path(tmp_path):
 
 
 def test_head_ablation_takes_a_metric_callable():
-    from analysis.ablation import ablate_heads, head_ablation
+    from mixit_lab.analysis.ablation import ablate_heads, head_ablation
 
     task = get_task("khop", hops=1, length=8, alphabet=6)
     model = _khop_model(task, init_std=0.2)
@@ -415,9 +415,9 @@ def test_head_ablation_takes_a_metric_callable():
 
 
 # --------------------------------------------------------------------------- typed results and their .frame()
-@pytest.mark.filterwarnings("ignore::analysis.patching.PatchingWarning")  # an untrained model
+@pytest.mark.filterwarnings("ignore::mixit_lab.analysis.patching.PatchingWarning")  # an untrained model
 def test_each_analysis_frame_is_its_table_with_its_fields_in_attrs():
-    from analysis import ablation, heads, patching
+    from mixit_lab.analysis import ablation, heads, patching
 
     task = get_task("khop", hops=1, length=8, alphabet=6)
     model = _khop_model(task, init_std=0.2)

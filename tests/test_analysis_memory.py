@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from analysis.memory import COLUMNS, bits_from_logits, capacity_sweep, memorized_bits
-from models import build_model, load_model
-from training import TrainConfig, get_task, train
+from mixit_lab.analysis.memory import COLUMNS, bits_from_logits, capacity_sweep, memorized_bits
+from mixit_lab.models import build_model, load_model
+from mixit_lab.training import TrainConfig, get_task, train
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,7 +58,7 @@ def test_memorized_bits_refuses_other_tasks(tiny_cfg):
 def test_memorized_bits_decides_by_the_task_class_not_its_name(tiny_cfg):
     """A memorization task is one whose class says `eval_is_train`, whatever its name; its label set is its
     `label_ids`. (Was: the name "memorize" decided, so a task of your own was refused and an impostor accepted.)"""
-    from training.tasks.algorithmic import Addition, Memorize
+    from mixit_lab.training.tasks.algorithmic import Addition, Memorize
 
     class MyMemorize(Memorize):
         name = "my_memorize"

@@ -1,13 +1,13 @@
-"""analysis.runs: the run-directory loader shared by the report, the figures and the explorer."""
+"""mixit_lab.analysis.runs: the run-directory loader shared by the report, the figures and the explorer."""
 
 import json
 
 import pytest
 
-from analysis.runs import load_runs, read_metrics, task_label
-from training.record import read_analysis
-from training.rundir import find_runs
-from training import TrainConfig, train
+from mixit_lab.analysis.runs import load_runs, read_metrics, task_label
+from mixit_lab.training.record import read_analysis
+from mixit_lab.training.rundir import find_runs
+from mixit_lab.training import TrainConfig, train
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,12 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.ablation import ablate_heads, head_ablation
-from analysis.attention import COLUMNS as ATTENTION_COLUMNS
-from analysis.attention import attention_stats, input_dependence, pattern_stats
-from analysis.heads import repeated_tokens
-from analysis.signal import signal_propagation, signal_propagation_model, token_similarity
-from models import build_model
+from mixit_lab.analysis.ablation import ablate_heads, head_ablation
+from mixit_lab.analysis.attention import COLUMNS as ATTENTION_COLUMNS
+from mixit_lab.analysis.attention import attention_stats, input_dependence, pattern_stats
+from mixit_lab.analysis.heads import repeated_tokens
+from mixit_lab.analysis.signal import signal_propagation, signal_propagation_model, token_similarity
+from mixit_lab.models import build_model
 from test_analysis_heads import induction_model
 
 

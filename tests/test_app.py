@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from training.rundir import run_lock
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.training.rundir import run_lock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
@@ -209,7 +209,7 @@ def test_attention_view_labels_mixit_fixed_matrices(app, explorer_runs):
 
 
 def test_a_grid_model_is_labelled_per_layer_and_its_learned_matrices_counted_apart(app, tmp_path):
-    from training import TrainConfig, train
+    from mixit_lab.training import TrainConfig, train
 
     for name, extra in (("mixed", {"attention": ["mixing", "softmax"]}), ("learned", {"attention": ["learned"]})):
         cfg = TrainConfig(task="retrieval", task_params={"pairs": 2, "num_values": 4}, variant="mixit", d_model=16,
@@ -346,7 +346,7 @@ def test_compare_view(app, explorer_runs):
 
 def test_compare_draws_the_curves_of_a_few_runs_of_a_task_with_thousands():
     # Was: every run of the task read and drawn, 29-37 s for a folder of 2,000 runs.
-    from explorer.pages.compare import CURVES_AT_ONCE, curve_runs
+    from mixit_lab.explorer.pages.compare import CURVES_AT_ONCE, curve_runs
 
     variants = ["standard", "mixit", "frozen_qk"]
     same = pd.DataFrame([{"run": f"t__{v}__s{s}", "variant": v, "seed": s} for s in range(30) for v in variants])
@@ -396,13 +396,13 @@ FINDINGS = [
 def write_study(cwd: Path, runs_from: Path, preset: str = "tiny") -> Path:
     """A study folder as `mixit reproduce --preset tiny` leaves one in `cwd`: runs/tiny (a copy of the tiny runs,
     its reproduce.json naming the other two), reports/tiny (findings.json, components.csv, scale_dyck.csv) and
-    figures/out/tiny (two figures). Returns the runs folder, relative to `cwd`."""
+    reports/tiny/figures (two figures). Returns the runs folder, relative to `cwd`."""
     from PIL import Image
 
     runs = Path("runs") / preset
     shutil.copytree(runs_from, cwd / runs)
     (cwd / runs / "reproduce.json").write_text(json.dumps({
-        "preset": preset, "report_dir": f"reports/{preset}", "figures_dir": f"figures/out/{preset}",
+        "preset": preset, "report_dir": f"reports/{preset}", "figures_dir": f"reports/{preset}/figures",
         "failed_figures": {"speed": "no speed measurements"}}))
     report = cwd / "reports" / preset
     report.mkdir(parents=True)
@@ -411,7 +411,7 @@ def write_study(cwd: Path, runs_from: Path, preset: str = "tiny") -> Path:
         report / "components.csv", index=False)
     pd.DataFrame({"variant": ["standard", "mixit"], "max_pairs": [4, 4], "accuracy": [100.0, 90.0]}).to_csv(
         report / "scale_dyck.csv", index=False)
-    figures = cwd / "figures" / "out" / preset
+    figures = report / "figures"
     figures.mkdir(parents=True)
     for name, color in (("task_accuracy", (0, 114, 178)), ("retrieval_pairs", (213, 94, 0))):
         Image.new("RGB", (40, 20), color).save(figures / f"{name}.png")
@@ -475,12 +475,12 @@ def test_study_page_on_a_plain_runs_folder_says_in_one_line_what_it_cannot_show(
     mine = tmp_path / "mine"  # a runs folder of one's own: no reproduce.json at all
     shutil.copytree(explorer_runs["standard"], mine / "study" / "run")
     at = app(mine)
-    assert len(at.info) == 1 and "reports/mine" in at.info[0].value and "figures/out/mine" in at.info[0].value
+    assert len(at.info) == 1 and "reports/mine" in at.info[0].value and "reports/mine/figures" in at.info[0].value
     assert not at.error
 
 
 def test_the_last_study_names_the_report_when_the_manifest_does_not(explorer_runs, tmp_path, monkeypatch):
-    from explorer import report
+    from mixit_lab.explorer import report
 
     monkeypatch.chdir(tmp_path)
     runs = write_study(tmp_path, explorer_runs["root"])
@@ -491,7 +491,8 @@ def test_the_last_study_names_the_report_when_the_manifest_does_not(explorer_run
     (tmp_path / ".mixit_cache" / "last_study.json").write_text(json.dumps({"runs_dir": str(runs),
                                                                           "report_dir": "elsewhere"}))
     found = report.locate(runs)
-    assert found.report_dir == tmp_path / "elsewhere" and found.figures_dir == tmp_path / "figures/out/tiny"
+    assert found.report_dir == tmp_path / "elsewhere" and found.figures_dir is None  # it moved with the report
+    assert found.looked["figures_dir"][-1] == tmp_path / "reports" / "tiny" / "figures"  # the default, looked at last
     assert [f["id"] for f in report.read_findings(found.report_dir)] == [1, 2]
 
 
@@ -522,7 +523,7 @@ def free_port() -> int:
 @pytest.fixture
 def launched(monkeypatch) -> list[list[str]]:
     """The command lines `mixit app` would serve (nothing is started)."""
-    from cli import app as app_cli
+    from mixit_lab.cli import app as app_cli
 
     commands: list[list[str]] = []
     monkeypatch.setattr(app_cli, "launch", lambda cmd: commands.append(cmd) or 0)
@@ -530,9 +531,9 @@ def launched(monkeypatch) -> list[list[str]]:
 
 
 def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, launched):
-    import explorer
-    from cli import app as app_cli
-    from cli.main import COMMANDS, main
+    from mixit_lab import explorer
+    from mixit_lab.cli import app as app_cli
+    from mixit_lab.cli.main import COMMANDS, main
 
     assert list(COMMANDS)[-1] == "app" and app_cli.__name__ == f"cli.{COMMANDS['app']}"
     port = free_port()
@@ -544,7 +545,7 @@ def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, launched):
 
 
 def test_mixit_app_without_a_folder_opens_the_last_study(tmp_path, monkeypatch, launched, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     for name in ("older", "newer"):  # no last_study.json: the newest runs/*/reproduce.json
@@ -561,7 +562,7 @@ def test_mixit_app_without_a_folder_opens_the_last_study(tmp_path, monkeypatch, 
 
 
 def test_mixit_app_with_nothing_to_open_says_where_to_point_it(tmp_path, monkeypatch, launched, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["app"]) == 2 and not launched
@@ -571,7 +572,7 @@ def test_mixit_app_with_nothing_to_open_says_where_to_point_it(tmp_path, monkeyp
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
 def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(tmp_path, sig, status):
-    from cli.app import launch
+    from mixit_lab.cli.app import launch
 
     up = tmp_path / "server-up"
     server = [sys.executable, "-c", f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"]
@@ -600,7 +601,7 @@ def test_mixit_app_passes_signals_to_the_server_and_ctrl_c_exits_130(tmp_path, s
 @pytest.mark.parametrize("args, message", [(["nowhere"], "runs directory 'nowhere' does not exist"),
                                            (["ROOT", "--port", "0"], "--port=0 must lie in 1..65535")])
 def test_mixit_app_bad_input_is_one_line(explorer_runs, launched, capsys, args, message):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     args = [str(explorer_runs["root"]) if a == "ROOT" else a for a in args]
     assert main(["app", *args]) == 2 and not launched
@@ -609,8 +610,8 @@ def test_mixit_app_bad_input_is_one_line(explorer_runs, launched, capsys, args, 
 
 
 def test_mixit_app_without_the_explorer_file_is_one_line(tmp_path):
-    from cli.app import streamlit_command
-    from cli.common import CLIError
+    from mixit_lab.cli.app import streamlit_command
+    from mixit_lab.cli.common import CLIError
 
     with pytest.raises(CLIError, match="reinstall mixit-lab"):
         streamlit_command(tmp_path, app=tmp_path / "app.py")

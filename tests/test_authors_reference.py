@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import authors_classifier as ac  # noqa: E402
 import authors_reference as ar  # noqa: E402
-from reproduce.preset import Preset, load_preset  # noqa: E402
+from mixit_lab.reproduce.preset import Preset, load_preset  # noqa: E402
 
 SIZE = {"d_model": 64, "n_layers": 2, "n_heads": 4}
 PRESET = {
@@ -49,7 +49,7 @@ def text_data(tmp_path, monkeypatch):
     """The real corpora's layout under ../shared/data, with generated text where they are absent (a clone alone,
     offline): the text studies then plan as they would with them, without the Hub."""
     from corpora import labelled_sentences, wikitext_like
-    from reproduce import corpora as sources
+    from mixit_lab.reproduce import corpora as sources
 
     if sources._shared_data_dirs():
         return
@@ -224,7 +224,7 @@ def test_a_signal_block_becomes_jobs_of_their_model():
     assert (mixit["shaped_attention"], mixit["sink_head"], mixit["model_overrides"]) == ("mixing", True, {})
     assert (control["variant"], control["sink_head"], control["model_overrides"]) == ("mixit", False,
                                                                                        {"sink_head": False})
-    # the stage's defaults fill what the block leaves out (analysis.signal.signal_propagation's)
+    # the stage's defaults fill what the block leaves out (mixit_lab.analysis.signal.signal_propagation's)
     assert (random["n_heads"], random["n_ctx"], random["d_vocab"], random["n_seqs"]) == (4, 64, 512, 4)
     assert "head 0 of every layer rebuilt" in asig.describe(control) and "rebuilt" not in asig.describe(mixit)
     # what their model file cannot switch is refused, not silently measured as something else
@@ -256,7 +256,7 @@ def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset
     the recorded file at the stage's settings has every row: a changed `signal:` block without new records fails."""
     import math
 
-    from reproduce.reference import load_reference, reference_signal, signal_labels, signal_settings
+    from mixit_lab.reproduce.reference import load_reference, reference_signal, signal_labels, signal_settings
 
     block = load_preset(preset_name).signal
     records = [r for r in load_reference() if r.get("task") == "signal" and r.get("preset") == preset_name]
@@ -266,7 +266,7 @@ def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset
     for rec in records:
         assert {"command", "authors_commit", "date", "machine", "base_variant", "model_overrides"} <= set(rec)
         assert all(math.isfinite(rec[m]) for m in ("covariance", "cosine", "variance", "covariance_layer0"))
-    # the stage's cache key (reproduce.pipeline.signal_stage writes it beside signal.csv) selects them
+    # the stage's cache key (mixit_lab.reproduce.pipeline.signal_stage writes it beside signal.csv) selects them
     s = signal_settings(block)
     key = {k: s[k] for k in ("variants", "depths", "widths", "seeds")} | {k: v for k, v in block.items()}
     (tmp_path / "signal.json").write_text(json.dumps(key))

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from models import ModelConfig, build_model
-from models.attention.mixing import centre_mixing
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.models.attention.mixing import centre_mixing
 
 
 def _authors() -> tuple[Path, Path] | None:
@@ -295,8 +295,8 @@ def test_refused_where_it_changes_nothing():
 
 def test_the_zero_pad_row_is_held_through_weight_decay_and_counted_frozen(tmp_path):
     """AdamW's decoupled decay and a reload keep the row at zero; the parameter table counts it frozen."""
-    from models import load_model
-    from models.freeze import hold_frozen_slices
+    from mixit_lab.models import load_model
+    from mixit_lab.models.freeze import hold_frozen_slices
 
     model = build_model(_config("standard", zero_pad_token=5))
     tokens, mask, labels = _tokens()

@@ -1,6 +1,6 @@
 """The exit-code promise (docs/promises.md) through the real `mixit` command: bad input is exit 2 and one line.
 
-Each case runs `python -m cli ...` in a subprocess, as a shell would, so the code between the parser and
+Each case runs `python -m mixit_lab.cli ...` in a subprocess, as a shell would, so the code between the parser and
 the library (what catches which error, what it prints) is what is tested. Every case asserts the exit
 code, that stderr is one line, and that the line names the bad value.
 """
@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli.common import EXIT_USAGE
+from mixit_lab.cli.common import EXIT_USAGE
 from conftest import ROOT
 
 SMALL = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "2", "--quiet"]
 
 
 def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=180,
+    return subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
 
 
 # Each case runs through the real command (`python -m cli`, a fresh interpreter: `make test`) and, for the
-# fast loop (`make test-fast`), through cli.main.main in this process: the same parser, handlers and
+# fast loop (`make test-fast`), through mixit_lab.cli.main.main in this process: the same parser, handlers and
 # error handling, without a second of interpreter start-up per case.
 RUNNERS = [pytest.param("python -m cli", marks=pytest.mark.slow, id="python -m cli"), pytest.param("main", id="main")]
 
@@ -38,7 +38,7 @@ RUNNERS = [pytest.param("python -m cli", marks=pytest.mark.slow, id="python -m c
 def mixit(request, monkeypatch, capsys):
     """mixit(argv, cwd) -> CompletedProcess, through the runner the test is parametrized with."""
     def in_process(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-        from cli.main import main
+        from mixit_lab.cli.main import main
 
         monkeypatch.chdir(cwd)
         capsys.readouterr()
@@ -51,9 +51,9 @@ def mixit(request, monkeypatch, capsys):
 
 def _stale_run(tmp: Path) -> Path:
     """A runs folder holding the smoke preset's first run trained with other settings (more steps)."""
-    from reproduce.corpora import TextChoice
-    from reproduce.pipeline import preset_runs
-    from reproduce.preset import load_preset
+    from mixit_lab.reproduce.corpora import TextChoice
+    from mixit_lab.reproduce.pipeline import preset_runs
+    from mixit_lab.reproduce.preset import load_preset
 
     skipped = {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)}
     name, cfg = preset_runs(load_preset("smoke"), skipped)[0]
@@ -129,7 +129,7 @@ CASES = [
     ("attention twice", ["train", "--task", "addition", "--out", "{tmp}/r", "--attention", "mixing", "--attention",
                          "softmax"], "--attention given 2 times"),
     # Values argparse accepts and a library below the CLI refuses with a ValueError, before any work starts
-    # (cli.common.input_errors): exit 2 and one line, not exit 1.
+    # (mixit_lab.cli.common.input_errors): exit 2 and one line, not exit 1.
     ("batch size TrainConfig refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--batch-size", "0"],
      "mixit train: error: batch_size=0"),
     ("task parameter get_task refuses", ["train", "--task", "addition", "--out", "{tmp}/r", "--digits", "0"],
@@ -143,7 +143,7 @@ CASES = [
     ("a preset key", ["reproduce", "--preset", "{tmp}/badkey.yaml", "--dry-run"], "unknown keys ['bogus']"),
     ("a preset study's train key", ["reproduce", "--preset", "{tmp}/badtrain.yaml", "--dry-run"], "'bogus'"),
     ("analyze on a misspelled device", ["analyze", "{tmp}/ckpt", "--device", "bogus"], "--device='bogus'"),
-    # Model options that would change nothing are refused, not recorded (models.config.FIELD_USE)
+    # Model options that would change nothing are refused, not recorded (mixit_lab.models.config.FIELD_USE)
     ("residual scale on standard", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option",
                                     "residual_scale=0.5"], "residual_scale=0.5 has no effect on variant standard"),
     ("tau0 on standard", ["train", "--task", "addition", "--out", "{tmp}/r", "--model-option", "tau0=3"],
@@ -218,15 +218,15 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "dup.yaml").write_text("variants: [{standard: {freeze: 'v,v'}}, {standard: {freeze: v}}]\n"
                                        "tasks: [addition]\n")
     if "{tmp}/ckpt" in argv:  # a bare checkpoint to analyse
-        from models import ModelConfig, build_model
+        from mixit_lab.models import ModelConfig, build_model
 
         tiny = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_vocab=8, n_ctx=8)
         build_model(tiny).save_pretrained(tmp_path / "ckpt")
     (tmp_path / "lm.txt").write_text(generated_corpora["lm"].read_text())
     (tmp_path / "sentiment.txt").write_text(generated_corpora["sentiment"].read_text())
     if "{tmp}/damaged" in " ".join(argv):  # a run cut short: its run.json half written, as a killed copy leaves it
-        from training.sweep import run_name
-        from training.config import TrainConfig
+        from mixit_lab.training.sweep import run_name
+        from mixit_lab.training.config import TrainConfig
 
         cfg = TrainConfig(task="addition", d_model=16, n_layers=1, n_heads=2, steps=2)
         for run in (tmp_path / "damaged" / "run", tmp_path / "damaged" / run_name(cfg)):
@@ -256,7 +256,7 @@ def test_freeze_options_add_up(tmp_path, mixit, argv):
 
 @pytest.mark.parametrize("mixit", RUNNERS, indirect=True)
 def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path, mixit, monkeypatch):
-    from cli import app
+    from mixit_lab.cli import app
 
     monkeypatch.setattr(app.os, "execv", lambda *a: pytest.fail("must not start Streamlit"))  # in this process
     with socket.socket() as taken:
@@ -270,22 +270,21 @@ def test_the_explorer_on_a_port_in_use_is_one_line_naming_it(tmp_path, mixit, mo
 
 
 def test_a_value_error_after_work_starts_is_a_bug_not_bad_input(tmp_path, monkeypatch):
-    """cli.common's boundary, the other side: a ValueError raised once training has started is not turned into exit 2
+    """mixit_lab.cli.common's boundary, the other side: a ValueError raised once training has started is not turned into exit 2
     or a one-line message; it propagates, so `python -m cli` prints its traceback and exits 1."""
-    import cli.main
-    import cli.train
-
+    import mixit_lab.cli.main
+    import mixit_lab.cli.train
     def broken(*args, **kwargs):
         raise ValueError("a bug in the trainer")
 
-    monkeypatch.setattr(cli.train, "train", broken)
+    monkeypatch.setattr(mixit_lab.cli.train, "train", broken)
     with pytest.raises(ValueError, match="a bug in the trainer"):
-        cli.main.main(["train", "--task", "addition", "--out", str(tmp_path / "r"), *SMALL])
+        mixit_lab.cli.main.main(["train", "--task", "addition", "--out", str(tmp_path / "r"), *SMALL])
 
 
 def test_input_errors_makes_one_line_naming_the_command():
     """A multi-line ValueError raised while validating becomes one CLIError line; other exceptions pass through."""
-    from cli.common import CLIError, input_errors
+    from mixit_lab.cli.common import CLIError, input_errors
 
     with pytest.raises(CLIError, match=r"^mixit sweep: error: first second$"):
         with input_errors("sweep"):

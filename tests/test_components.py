@@ -1,11 +1,11 @@
-"""analysis.components: attribution that sums to the logit difference, and ablations that find the one
+"""mixit_lab.analysis.components: attribution that sums to the logit difference, and ablations that find the one
 component a hand-built model answers with."""
 
 import pytest
 import torch
 
-from analysis.components import component_effects, logit_attribution
-from models import ModelConfig, build_model
+from mixit_lab.analysis.components import component_effects, logit_attribution
+from mixit_lab.models import ModelConfig, build_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -116,7 +116,7 @@ def test_identical_rows_lose_nothing_and_a_seed_reproduces_the_table():
 
 
 def test_memorized_bits_are_measured_under_each_ablation():
-    from training.tasks import get_task
+    from mixit_lab.training.tasks import get_task
 
     task = get_task("memorize", n=4, d=2, label_tokens="keys")
     model = build_model(ModelConfig(d_model=16, n_layers=2, n_heads=2, n_ctx=3, d_vocab=len(task.vocab), seed=0,
@@ -146,11 +146,11 @@ def test_who_does_the_work_reads_every_seed_and_the_figure_draws_it(tmp_path):
     """Across runs: medians over seeds of each run's components.csv, and the heatmap shows those numbers."""
     import numpy as np
 
-    from analysis.analyze import analyze_checkpoint
-    from analysis.component_map import who_does_the_work
-    from analysis.runs import load_runs, read_analysis_table
-    from figures import components as figure
-    from training import TrainConfig, train
+    from mixit_lab.analysis.analyze import analyze_checkpoint
+    from mixit_lab.analysis.component_map import who_does_the_work
+    from mixit_lab.analysis.runs import load_runs, read_analysis_table
+    from mixit_lab.figures import components as figure
+    from mixit_lab.training import TrainConfig, train
 
     for variant in ("standard", "mixit"):
         for seed in (0, 1):

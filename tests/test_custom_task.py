@@ -16,9 +16,9 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from training import TASKS, TrainConfig, load_run, train
-from training.tasks import TaskNotTrusted, trust_task_code
-from training.tasks.registry import TRUST_ENV
+from mixit_lab.training import TASKS, TrainConfig, load_run, train
+from mixit_lab.training.tasks import TaskNotTrusted, trust_task_code
+from mixit_lab.training.tasks.registry import TRUST_ENV
 
 TASK = "examples.my_task:ReverseTask"
 SMALL = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--batch-size", "32", "--eval-every", "20",
@@ -26,9 +26,9 @@ SMALL = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--batch-size",
 
 
 def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """The installed `mixit` command (whose sys.path does not hold the current directory), else `python -m cli`."""
+    """The installed `mixit` command (whose sys.path does not hold the current directory), else `python -m mixit_lab.cli`."""
     script = shutil.which("mixit", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "cli"]
+    command = [script] if script else [sys.executable, "-m", "mixit_lab.cli"]
     return subprocess.run([*command, *argv], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -86,7 +86,7 @@ def test_analyze_says_in_one_line_which_module_a_run_needs(reverse_run, tmp_path
 
 @pytest.mark.slow
 def test_load_run_gives_the_model_with_the_tasks_vocabulary(reverse_run, monkeypatch):
-    with pytest.raises(TaskNotTrusted, match="--trust-tasks, or training.tasks.trust_task_code"):
+    with pytest.raises(TaskNotTrusted, match="--trust-tasks, or mixit_lab.training.tasks.trust_task_code"):
         load_run(reverse_run)
     monkeypatch.setenv(TRUST_ENV, TASK)  # consent to this import path alone
     run = load_run(reverse_run)
@@ -122,11 +122,11 @@ def test_the_explorer_opens_a_run_of_ones_own_task(reverse_run, monkeypatch):
 
 
 def test_bad_task_import_paths_are_one_line_exit_2(registry, tmp_path, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     for spec, message in [("no_such_module:Task", "cannot import task module 'no_such_module'"),
                           ("examples.my_task:Nope", "module 'examples.my_task' has no 'Nope'"),
-                          ("examples.my_task:torch", "names a module, not a subclass of training.tasks.Task")]:
+                          ("examples.my_task:torch", "names a module, not a subclass of mixit_lab.training.tasks.Task")]:
         assert main(["train", "--task", spec, "--out", str(tmp_path / "run")]) == 2
         err = capsys.readouterr().err
         assert err.startswith("mixit train: error: --task: ") and message in err and err.count("\n") == 1, err
@@ -139,7 +139,7 @@ def test_bad_task_import_paths_are_one_line_exit_2(registry, tmp_path, capsys):
 
 def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path, monkeypatch):
     from examples.my_task import ReverseTask
-    from training import register_task
+    from mixit_lab.training import register_task
 
     register_task(ReverseTask)
     cfg = TrainConfig(task="reverse", task_params={"length": 3}, d_model=16, n_layers=1, n_heads=2, steps=4,
@@ -154,7 +154,7 @@ def test_a_task_registered_in_python_trains_and_loads_back(registry, tmp_path, m
 
 
 def test_test_prompt_and_to_str_tokens_work_on_an_algorithmic_run(tmp_path, capsys):
-    from models import load_model
+    from mixit_lab.models import load_model
     from transformer_lens.utilities import test_prompt
 
     cfg = TrainConfig(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=4,
@@ -237,8 +237,8 @@ def test_a_task_whose_rule_changed_after_training_is_refused_by_analyze_and_resu
 
 
 def test_a_built_in_tasks_changed_parameters_are_noticed_when_rebuilt(tmp_path):
-    from training import run_task
-    from training.runinfo import TaskChanged
+    from mixit_lab.training import run_task
+    from mixit_lab.training.runinfo import TaskChanged
 
     run = tmp_path / "r"
     train(TrainConfig(task="retrieval", task_params={"pairs": 4, "num_values": 8}, d_model=16, n_layers=1, n_heads=2,
@@ -316,7 +316,7 @@ def test_a_task_whose_code_raises_is_one_line_naming_it(tmp_path):
 def test_a_runs_folder_moved_with_its_task_file_still_rebuilds_the_task(tmp_path, monkeypatch):
     """run.json records the task file relative to the run: the folder moved elsewhere (its absolute import path
     gone) still names and rebuilds its task; a file edited since, its rows unchanged, is rebuilt with a warning."""
-    from training import run_task
+    from mixit_lab.training import run_task
 
     home = tmp_path / "home"
     home.mkdir()

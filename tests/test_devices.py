@@ -13,10 +13,10 @@ import json
 import pytest
 import torch
 
-from models import VARIANTS, ModelConfig, build_model, load_model
-from training.precision import resolve_precision
-from training.config import TrainConfig
-from training.trainer import train
+from mixit_lab.models import VARIANTS, ModelConfig, build_model, load_model
+from mixit_lab.training.precision import resolve_precision
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.trainer import train
 
 pytestmark = pytest.mark.device
 

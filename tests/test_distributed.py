@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun (training.parallel): 2 CPU processes over gloo train the same run
+"""Data-parallel training under torchrun (mixit_lab.training.parallel): 2 CPU processes over gloo train the same run
 as 1 process with the same global batch, and a run killed mid-way resumes, on 2 processes or on 1, to
 the weights of the run that was never killed."""
 
@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.parallel import torchrun_command
-from training.config import TrainConfig
-from training.trainer import train
+from mixit_lab.training.parallel import torchrun_command
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 150  # long runs drift apart by float reduction order alone (1e-3 relative by step 250)
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slow,  # torchrun: a few processes each importing torc
 
 
 def mixit_train(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cli", "train", *ARGS, *args], cwd=ROOT, env=ENV,
+    return subprocess.Popen([sys.executable, "-m", "mixit_lab.cli", "train", *ARGS, *args], cwd=ROOT, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -88,7 +88,7 @@ def test_one_process_under_torchrun_forms_a_group_and_trains_the_same_run(two_pr
     a GPU: the path N GPUs take), and trains the same run as two processes, in micro-batches of 5 rows too (the
     gradients exchanged on the last slice only)."""
     one = tmp_path / "torchrun-one"
-    argv = ["cli", "train", *ARGS, "--micro-batch-size", "5", "--out", str(one)]
+    argv = ["mixit_lab.cli", "train", *ARGS, "--micro-batch-size", "5", "--out", str(one)]
     finish(subprocess.Popen(torchrun_command(1, argv), cwd=ROOT, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     summary = json.loads((one / "summary.json").read_text())
@@ -159,7 +159,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(two_process_run, t
 
 
 def test_nproc_must_divide_the_batch(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "cli", "train", *ARGS, "--nproc", "3", "--out", str(tmp_path / "r")],
+    done = subprocess.run([sys.executable, "-m", "mixit_lab.cli", "train", *ARGS, "--nproc", "3", "--out", str(tmp_path / "r")],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == "mixit train: error: --batch-size=16 must be divisible by --nproc=3"
@@ -167,9 +167,9 @@ def test_nproc_must_divide_the_batch(tmp_path):
 
 
 def test_a_torchrun_run_opens_and_analyses_like_any_other(two_process_run, tmp_path):
-    from analysis import explore as ex
-    from analysis import explore_model as em
-    from analysis.analyze import analyze_checkpoint
+    from mixit_lab.analysis import explore as ex
+    from mixit_lab.analysis import explore_model as em
+    from mixit_lab.analysis.analyze import analyze_checkpoint
 
     status, result = analyze_checkpoint(two_process_run / "checkpoint", tmp_path / "analysis",
                                         {"n_seqs": 4, "seq_len": 4, "eval_samples": 32}, device="cpu")

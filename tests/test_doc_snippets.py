@@ -1,5 +1,5 @@
 """The code in the README and the documentation stays true: every ```python block runs, and every `mixit`
-command in a ```bash block parses with the real parser (cli.main.build_parser()).
+command in a ```bash block parses with the real parser (mixit_lab.cli.main.build_parser()).
 
 Python blocks of one page run in order in one namespace, in a temporary folder that holds a tiny k-hop run
 at `checkpoints/khop1-standard` (the run the analysis guide trains first), so they need no GPU, no corpus
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.common import CLIError
-from cli.main import build_parser, main
+from mixit_lab.cli.common import CLIError
+from mixit_lab.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -55,7 +55,7 @@ def test_the_documentation_has_snippets_to_check():
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A folder with the tiny run the analysis guide's Python reads (a 2-layer 1-hop k-hop model)."""
-    from training import TrainConfig, train
+    from mixit_lab.training import TrainConfig, train
 
     work = tmp_path_factory.mktemp("snippets")
     cfg = TrainConfig(task="khop", task_params={"hops": 1, "length": 16, "alphabet": 8}, d_model=32, n_layers=2,
@@ -97,14 +97,14 @@ def commands(code: str) -> list[list[str]]:
 
 
 def mixit_argv(command: list[str]) -> list[str] | None:
-    """The arguments of a `mixit ...` or `torchrun ... -m cli ...` command, else None."""
+    """The arguments of a `mixit ...` or `torchrun ... -m mixit_lab.cli ...` command, else None."""
     while command and re.match(r"^[A-Za-z_]\w*=", command[0]):  # VAR=value before the command
         command = command[1:]
     if not command:
         return None
     if command[0] == "mixit" or command[0].endswith("/mixit"):
         return command[1:]
-    if command[0] == "torchrun" and "-m" in command and command[command.index("-m") + 1] == "cli":
+    if command[0] == "torchrun" and "-m" in command and command[command.index("-m") + 1] == "mixit_lab.cli":
         return command[command.index("-m") + 2:]
     return None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import build_parser
+from mixit_lab.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

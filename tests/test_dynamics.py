@@ -1,4 +1,4 @@
-"""Training dynamics: --keep-checkpoints keeps the model at log-spaced steps, and analysis.dynamics scores them."""
+"""Training dynamics: --keep-checkpoints keeps the model at log-spaced steps, and mixit_lab.analysis.dynamics scores them."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from analysis.dynamics import COLUMNS, checkpoint_dynamics
-from cli.main import main
-from models import ModelConfig, build_model
-from training.rundir import DYNAMICS_FILE, kept_checkpoints
-from training.config import TrainConfig
-from training.trainer import train
+from mixit_lab.analysis.dynamics import COLUMNS, checkpoint_dynamics
+from mixit_lab.cli.main import main
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.training.rundir import DYNAMICS_FILE, kept_checkpoints
+from mixit_lab.training.config import TrainConfig
+from mixit_lab.training.trainer import train
 
 CFG = dict(task="khop", task_params={"hops": 1, "length": 8, "alphabet": 4}, variant="frozen_qk", d_model=16,
            n_layers=2, n_heads=2, steps=40, batch_size=16, eval_every=20, eval_samples=32)
@@ -67,7 +67,7 @@ def test_a_run_that_kept_nothing_says_how_to_keep(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_resumed_run_keeps_the_same_checkpoints(kept_run, tmp_path, monkeypatch):
-    import training.trainer as trainer
+    import mixit_lab.training.trainer as trainer
 
     cfg = TrainConfig(**CFG, keep_checkpoints=4, checkpoint_every=10)
     run = tmp_path / "resumed"

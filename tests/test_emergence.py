@@ -1,4 +1,4 @@
-"""reproduce.emergence and the scale figures: tables equal the runs' metrics, the sentences follow the gaps,
+"""mixit_lab.reproduce.emergence and the scale figures: tables equal the runs' metrics, the sentences follow the gaps,
 the figures draw what they are given, and the scale preset loads with every study in group `scale`."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import shutil
 import numpy as np
 import pytest
 
-from figures import FIGURE_NAMES, FIGURES, figures_for_group, make_all
-from figures.common import NoData
-from reproduce.emergence import (FINDINGS, PAPER_MEMORIZE_BITS, PAPER_SENTIMENT, TABLE_NAMES, emergence_section,
+from mixit_lab.figures import FIGURE_NAMES, FIGURES, figures_for_group, make_all
+from mixit_lab.figures.common import NoData
+from mixit_lab.reproduce.emergence import (FINDINGS, PAPER_MEMORIZE_BITS, PAPER_SENTIMENT, TABLE_NAMES, emergence_section,
                                  emergence_tables, gap_sentence, trend_word)
-from reproduce.corpora import TextChoice
-from reproduce.pipeline import preset_runs
-from reproduce.preset import load_preset
-from training.rundir import group_of
+from mixit_lab.reproduce.corpora import TextChoice
+from mixit_lab.reproduce.pipeline import preset_runs
+from mixit_lab.reproduce.preset import load_preset
+from mixit_lab.training.rundir import group_of
 
 SCALE_FIGURES = ("scale_dyck", "scale_sentiment", "scale_memorize", "scale_depth")
 FROZEN = "mixit [freeze v,o,mlp,norms]"
@@ -132,8 +132,8 @@ def test_the_tables_hold_the_runs_metrics(scale_dir):
 
 
 def test_a_task_parameter_a_run_did_not_give_is_the_tasks_default(tmp_path):
-    from analysis.runs import load_runs
-    from training.tasks import TASKS, resolved_task_params
+    from mixit_lab.analysis.runs import load_runs
+    from mixit_lab.training.tasks import TASKS, resolved_task_params
 
     default = TASKS["dyck"]().max_pairs  # what the task builds when not given one
     assert resolved_task_params("dyck", {}) == {"max_pairs": default}
@@ -149,7 +149,7 @@ def test_a_task_parameter_a_run_did_not_give_is_the_tasks_default(tmp_path):
 
 
 def test_the_paper_numbers_are_the_reports():
-    from analysis.paper import PAPER
+    from mixit_lab.analysis.paper import PAPER
 
     assert PAPER_SENTIMENT == PAPER["sentiment"]
     assert PAPER_MEMORIZE_BITS == PAPER["memorize_bits"]

@@ -1,4 +1,4 @@
-"""analysis.explore, the explorer's data layer: listing (fast, cached, robust), path safety, models, inputs,
+"""mixit_lab.analysis.explore, the explorer's data layer: listing (fast, cached, robust), path safety, models, inputs,
 attention patterns, head scores, predictions and comparison tables, on the session's tiny runs directory."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from figures import FIGURE_NAMES, figures_for_group
-from analysis.heads import head_scores
-from models import load_model
-from models.checkpoint import CheckpointError
-from training.rundir import run_lock
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.figures import FIGURE_NAMES, figures_for_group
+from mixit_lab.analysis.heads import head_scores
+from mixit_lab.models import load_model
+from mixit_lab.models.checkpoint import CheckpointError
+from mixit_lab.training.rundir import run_lock
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_attention_patterns_are_the_hooked_patterns(root, explorer_runs):
 
 
 def test_head_kinds_name_what_a_grid_freezes_per_head():
-    from models import ModelConfig, build_model
+    from mixit_lab.models import ModelConfig, build_model
 
     model = build_model(ModelConfig(d_model=16, n_layers=2, n_heads=2, n_ctx=8, d_vocab=9, freeze=["q@0", "qk@1.h1"]))
     assert em.head_kinds(model) == [["softmax, frozen Q", "softmax, frozen Q"], ["softmax", "softmax, frozen Q/K"]]
@@ -229,7 +229,7 @@ def test_mixit_patterns_are_its_fixed_matrices(root, explorer_runs):
 
 
 def test_mixit_without_sink_heads_has_no_sink_label(tiny_cfg):
-    from models import build_model
+    from mixit_lab.models import build_model
 
     assert em.head_kinds(build_model(tiny_cfg("mixit")))[1][0] == "fixed sink (input-independent)"
     plain = build_model(tiny_cfg("mixit", sink_head=False))

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from models import ModelConfig, build_model, load_model
-from models.checkpoint import CONFIG_FILE
+from mixit_lab.models import ModelConfig, build_model, load_model
+from mixit_lab.models.checkpoint import CONFIG_FILE
 
 BASE = 512
 

@@ -13,17 +13,17 @@ import pandas as pd
 import pytest
 import torch
 
-import figures
-from analysis.runs import by_loss, load_runs
-from figures import FIGURE_NAMES, FigureError, Runs, make_all
-from figures.common import NoData, best_config, default_out_dir, param
-from figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
-from models import VARIANTS
-from training import TrainConfig, train
-from training.record import judged_by_loss
-from training.benchmark import COLUMNS as SPEED_COLUMNS
-from training.benchmark import measure_throughput
-from cli.main import main
+from mixit_lab import figures
+from mixit_lab.analysis.runs import by_loss, load_runs
+from mixit_lab.figures import FIGURE_NAMES, FigureError, Runs, make_all
+from mixit_lab.figures.common import NoData, best_config, default_out_dir, param
+from mixit_lab.figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
+from mixit_lab.models import VARIANTS
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.record import judged_by_loss
+from mixit_lab.training.benchmark import COLUMNS as SPEED_COLUMNS
+from mixit_lab.training.benchmark import measure_throughput
+from mixit_lab.cli.main import main
 from conftest import ROOT
 
 # Tiny runs see a lot of their eval set in the first batch; the trainer's warning about it is expected here.
@@ -48,7 +48,7 @@ def _train(root: Path, group: str, task: str, params: dict, variant: str, n_laye
 
 
 def _analyze(run: Path) -> None:
-    from analysis.analyze import analyze_checkpoint
+    from mixit_lab.analysis.analyze import analyze_checkpoint
 
     options = {"n_seqs": 4, "seq_len": 4, "eval_samples": 8, "ablation": "none", "seed": 0}
     analyze_checkpoint(run, run / "analysis", options, device="cpu")
@@ -68,8 +68,8 @@ def runs_dir(tmp_path_factory) -> Path:
         for seed in (0, 1):
             _train(root, "algorithmic", "addition", {"digits": 1}, "standard", seed=seed)
         _train(root, "algorithmic", "addition", {"digits": 1}, "mixit")
-        from analysis.dynamics import checkpoint_dynamics
-        from training.rundir import DYNAMICS_FILE
+        from mixit_lab.analysis.dynamics import checkpoint_dynamics
+        from mixit_lab.training.rundir import DYNAMICS_FILE
 
         for variant in ("standard", "mixit"):
             khop = _train(root, "khop", "khop", {"hops": 1, "length": 8, "alphabet": 4}, variant, n_layers=2, keep=3)
@@ -99,7 +99,7 @@ def runs_dir(tmp_path_factory) -> Path:
         text.write_text(TEXT)
         for variant in ("standard", "mixit"):
             _train(root, "lm", "lm", {"text_file": [str(text)], "tokenizer": "byte", "seq_len": 16}, variant)
-        from analysis.signal import signal_propagation
+        from mixit_lab.analysis.signal import signal_propagation
 
         (root / "signal").mkdir()
         signal_propagation(variants=("standard", "random", "mixit"), depths=(1, 2), widths=(16,), n_heads=2,
@@ -114,14 +114,14 @@ def runs_dir(tmp_path_factory) -> Path:
     return root
 
 
-# The tuning record of the runs folder (training.tuning): each (study, task, params, variant, size) at three learning
+# The tuning record of the runs folder (mixit_lab.training.tuning): each (study, task, params, variant, size) at three learning
 # rates, the final metric falling off away from 3e-3 (lines of the lr_* figures); only 3e-3 is trained above.
 GRID_LRS = (1e-3, 3e-3, 1e-2)
 
 
 def _tuning_record(root: Path, sentences: Path, text: Path) -> None:
-    from training.rundir import TUNING_FILE
-    from training.tuning import Tuning
+    from mixit_lab.training.rundir import TUNING_FILE
+    from mixit_lab.training.tuning import Tuning
 
     settings = [("retrieval", "retrieval", {"pairs": 3, "num_values": 4}, v, 2) for v in ("frozen_qk", "mixit")]
     settings += [("khop", "khop", {"hops": 1, "length": 8, "alphabet": 4}, v, 2) for v in ("standard", "mixit")]
@@ -187,26 +187,25 @@ def test_make_all_draws_what_has_data_and_skips_the_rest(runs_dir, tmp_path):
 
 
 def _count_loads(monkeypatch) -> list:
-    """Count every reading of a runs folder (analysis.runs.load_runs, wherever a figure module imported it)."""
+    """Count every reading of a runs folder (mixit_lab.analysis.runs.load_runs, wherever a figure module imported it)."""
     import sys
 
-    import analysis.runs
-
+    import mixit_lab.analysis.runs
     calls: list = []
-    original = analysis.runs.load_runs
+    original = mixit_lab.analysis.runs.load_runs
 
     def counted(root):
         calls.append(root)
         return original(root)
 
-    for module in [analysis.runs, *(m for n, m in list(sys.modules.items()) if n.split(".")[0] == "figures")]:
+    for module in [mixit_lab.analysis.runs, *(m for n, m in list(sys.modules.items()) if n.split(".")[0] == "figures")]:
         if getattr(module, "load_runs", None) is original:
             monkeypatch.setattr(module, "load_runs", counted)
     return calls
 
 
 def test_make_all_reads_the_runs_folder_once_for_every_figure(runs_dir, tmp_path, monkeypatch):
-    from analysis.runs import load_runs
+    from mixit_lab.analysis.runs import load_runs
 
     before = load_runs(runs_dir)
     loads = _count_loads(monkeypatch)
@@ -236,8 +235,8 @@ def test_figures_drawn_by_two_processes_are_the_files_one_process_draws(runs_dir
 
     script = f"""
 import json
-from figures import make_all
-from training.pool import fork_workers
+from mixit_lab.figures import make_all
+from mixit_lab.training.pool import fork_workers
 assert fork_workers(2, 21) == 2, "this process cannot fork"
 two = make_all({str(runs_dir)!r}, {str(tmp_path / "two")!r}, workers=2)
 one = make_all({str(runs_dir)!r}, {str(tmp_path / "one")!r}, workers=1)
@@ -254,10 +253,9 @@ print(json.dumps([{{k: v if isinstance(v, str) else [p.name for p in v] for k, v
 
 
 def test_a_large_folder_read_by_two_processes_is_the_table_one_process_reads(runs_dir, monkeypatch):
-    import analysis.runs
-
+    import mixit_lab.analysis.runs
     one = load_runs(runs_dir, workers=1)
-    monkeypatch.setattr(analysis.runs, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(mixit_lab.analysis.runs, "PARALLEL_FROM", 1)
     pd.testing.assert_frame_equal(load_runs(runs_dir, workers=2), one)
 
 
@@ -308,9 +306,9 @@ def test_cli_reports_skips_and_a_missing_directory_in_one_line(tmp_path, capsys)
 
 
 def test_default_out_dir_is_named_by_the_preset(runs_dir, tmp_path):
-    assert default_out_dir(runs_dir) == Path("figures/out/tiny")
+    assert default_out_dir(runs_dir) == Path("reports/tiny/figures")
     (tmp_path / "myruns").mkdir()
-    assert default_out_dir(tmp_path / "myruns") == Path("figures/out/myruns")
+    assert default_out_dir(tmp_path / "myruns") == Path("reports/myruns/figures")
 
 
 def test_every_variant_has_one_distinct_style():
@@ -342,7 +340,7 @@ def test_best_config_keeps_all_seeds_of_the_best_learning_rate():
 
 
 def test_error_bars_of_equal_seeds_are_zero_not_a_negative_rounding():
-    from figures.common import seed_errors, seed_stats
+    from mixit_lab.figures.common import seed_errors, seed_stats
 
     # Was: 84 seeds at 0.1 give a mean 2.8e-17 below them, and matplotlib refused the bar ("yerr" negative).
     stats = seed_stats(pd.DataFrame({"variant": "a", "eval_acc": [0.1] * 84}), ["variant"], "eval_acc")
@@ -372,8 +370,8 @@ def test_figures_show_the_runs_they_are_about(runs):
 
 
 def test_retrieval_positions_point_at_the_queried_value():
-    from figures.attention_maps import _retrieval_positions
-    from training import get_task
+    from mixit_lab.figures.attention_maps import _retrieval_positions
+    from mixit_lab.training import get_task
 
     task = get_task("retrieval", pairs=5, num_values=7)
     tokens, mask = task.eval_set(16)
@@ -404,7 +402,7 @@ def test_measure_throughput_has_the_speed_csv_columns():
 def test_measure_throughput_compares_each_turn_with_standards(monkeypatch):
     # Block times scripted per variant and turn: a machine slowing down during the stage slows both variants
     # of a turn alike, so the per-turn ratio (and its spread) stays what the models differ by.
-    import training.benchmark as bench
+    import mixit_lab.training.benchmark as bench
 
     scripted = {"standard": [1.0, 2.0, 4.0], "mixit": [0.8, 1.7, 3.0]}
     calls = []
@@ -480,7 +478,7 @@ def test_no_figure_draws_text_over_text(runs, name):
 
 
 def test_the_overlap_check_sees_text_drawn_over_text():
-    from figures.style import new_figure
+    from mixit_lab.figures.style import new_figure
 
     with paper_style():
         fig = new_figure()
@@ -506,7 +504,7 @@ def _data_lines(ax) -> list:
 
 
 def test_memorization_draws_each_runs_memory_analysis(runs):
-    from analysis.runs import read_analysis_table
+    from mixit_lab.analysis.runs import read_analysis_table
 
     mine = _runs(runs, "memorize")
     memory = {p["n"] ** p["d"]: read_analysis_table(path, "memory").iloc[0]
@@ -520,7 +518,7 @@ def test_memorization_draws_each_runs_memory_analysis(runs):
 
 
 def test_lm_curves_draw_each_variants_eval_loss_against_step(runs):
-    from analysis.runs import read_metrics
+    from mixit_lab.analysis.runs import read_metrics
 
     fig = figures.FIGURES["lm_curves"].plot(runs)
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
@@ -554,7 +552,7 @@ def test_depth_accuracy_draws_accuracy_at_each_depth(runs):
 
 
 def test_dynamics_draws_each_runs_head_scores_and_loss(runs):
-    from training.rundir import DYNAMICS_FILE
+    from mixit_lab.training.rundir import DYNAMICS_FILE
 
     fig = figures.FIGURES["dynamics"].plot(runs)
     heads, losses = fig.axes[:2]
@@ -585,7 +583,7 @@ def _panels(fig) -> dict:
 
 
 def test_components_cells_are_the_analysis_medians(runs):
-    from analysis.component_map import who_does_the_work
+    from mixit_lab.analysis.component_map import who_does_the_work
 
     work = who_does_the_work(runs.table, per_layer=True)
     panels = _panels(figures.FIGURES["components"].plot(runs))
@@ -637,7 +635,7 @@ def _work_table(settings) -> pd.DataFrame:
 @pytest.mark.parametrize("settings", [QUICK_SETTINGS, QUICK_SETTINGS[-1:], QUICK_SETTINGS[1:2]],
                          ids=["quick", "2 layers", "6 layers"])
 def test_components_fit_each_setting_and_write_every_number_legibly(settings):
-    from figures.components import cell_text, draw
+    from mixit_lab.figures.components import cell_text, draw
 
     work = _work_table(settings)
     fig = draw(work)
@@ -661,7 +659,7 @@ def test_components_fit_each_setting_and_write_every_number_legibly(settings):
 
 
 def test_cell_numbers_are_short():
-    from figures.components import cell_text
+    from mixit_lab.figures.components import cell_text
 
     assert [cell_text(v) for v in (97.3, 100.0, 3.24, 0.34, 0.04, -0.04, -0.46, 12.5, 3.0)] == [
         "97", "100", "3.2", "0.3", "0", "0", "−0.5", "12", "3"]

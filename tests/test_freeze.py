@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.loss as loss_mod
-from cli.main import main
-from models import ModelConfig, build_model, load_model
-from models.config import grid_label, grid_name
-from training import TrainConfig, train
+import mixit_lab.training.loss as loss_mod
+from mixit_lab.cli.main import main
+from mixit_lab.models import ModelConfig, build_model, load_model
+from mixit_lab.models.config import grid_label, grid_name
+from mixit_lab.training import TrainConfig, train
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)
 # A tiny run of the real trainer: AdamW with weight decay 0.1, warmup, clipping, checkpoints every 5 steps.
@@ -117,10 +117,10 @@ def test_a_frozen_head_survives_a_resume(tmp_path, one_thread, monkeypatch):
             raise KeyboardInterrupt  # killed after the checkpoint at step 5
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr("training.loss.masked_loss", dies_at_step_7)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", dies_at_step_7)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "killed", progress=False)
-    monkeypatch.setattr("training.loss.masked_loss", real_loss)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", real_loss)
     train(cfg, tmp_path / "killed", resume=True, progress=False)
     full, resumed = _weights(tmp_path / "full"), _weights(tmp_path / "killed")
     init = build_model(cfg.model_config()).state_dict()
@@ -188,7 +188,7 @@ def test_freezing_every_head_of_a_parameter_freezes_it():
 def test_frozen_qk_at_the_small_init_is_warned_about_as_uniform(tmp_path):
     """At width 64 the default 0.02 init gives scores of std 0.03: frozen, every head attends about uniformly. 1/sqrt(d_model)
     gives std 1 and no warning, nor does a qk_init_std set on purpose or a model whose W_Q/W_K train."""
-    from models.freeze import frozen_score_std
+    from mixit_lab.models.freeze import frozen_score_std
 
     uniform = ModelConfig(variant="frozen_qk", d_model=64, n_layers=1, n_heads=4, n_ctx=12, d_vocab=20)
     assert frozen_score_std(uniform) == pytest.approx(64 * 0.02**2)

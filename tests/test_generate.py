@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models import ModelConfig, build_model
-from models.lens import LensRefusal
-from training.tasks import TASKS, attach_tokenizer
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.models.lens import LensRefusal
+from mixit_lab.training.tasks import TASKS, attach_tokenizer
 
 MODELS = {
     "standard": {}, "frozen_qk": {}, "frozen_mlp": {}, "mixit": {}, "random": {}, "shaped": {},

@@ -16,9 +16,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_engine import weighted_loss  # noqa: E402
 
-from models import ModelConfig, build_model  # noqa: E402
-from training.loss import masked_loss  # noqa: E402
-from training.tasks import TASKS  # noqa: E402
+from mixit_lab.models import ModelConfig, build_model  # noqa: E402
+from mixit_lab.training.loss import masked_loss  # noqa: E402
+from mixit_lab.training.tasks import TASKS  # noqa: E402
 
 
 @pytest.mark.parametrize("variant", ["standard", "mixit"])

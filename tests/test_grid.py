@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from cli.main import main
-from models import ModelConfig, build_model, load_model
-from models.config import grid_label, grid_name
-from training.sweep import build_grid, variant_entry
+from mixit_lab.cli.main import main
+from mixit_lab.models import ModelConfig, build_model, load_model
+from mixit_lab.models.config import grid_label, grid_name
+from mixit_lab.training.sweep import build_grid, variant_entry
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)
 
@@ -228,8 +228,8 @@ def test_cli_trains_saves_loads_and_lists_a_grid_model(tmp_path, one_thread, cap
     run = json.loads((out / "run.json").read_text())
     assert run["model"]["attention"] == ["mixing", "softmax"]
 
-    from analysis.explore_model import head_kinds
-    from analysis.runs import load_runs
+    from mixit_lab.analysis.explore_model import head_kinds
+    from mixit_lab.analysis.runs import load_runs
 
     assert head_kinds(model)[0][1] == "fixed (input-independent)" and head_kinds(model)[1][0] == "softmax"
     runs = load_runs(tmp_path / "runs")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.common import EXIT_OK, EXIT_USAGE
-from cli.main import main
-from training import TrainConfig, train
+from mixit_lab.cli.common import EXIT_OK, EXIT_USAGE
+from mixit_lab.cli.main import main
+from mixit_lab.training import TrainConfig, train
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
             lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
@@ -91,8 +91,8 @@ def test_an_intact_trainer_state_records_its_sha256(tmp_path):
 def test_the_report_lists_a_half_written_run_json_and_a_table_with_wrong_columns(runs, tmp_path):
     """A run.json cut in half used to vanish from the report without a word; a components.csv with wrong columns
     stopped the report with a KeyError. Both are now listed as damaged, naming the file; the report is written."""
-    from analysis.runs import damaged_files, load_runs
-    from reproduce.report import write_report
+    from mixit_lab.analysis.runs import damaged_files, load_runs
+    from mixit_lab.reproduce.report import write_report
 
     study = runs / "algorithmic"
     cut_in_half(study / "addition-0" / "run.json")
@@ -118,7 +118,7 @@ def test_analyze_recomputes_a_bad_heads_csv_instead_of_calling_it_cached(runs, c
     with pytest.warns(UserWarning, match=r"heads\.csv: damaged analysis table"):
         code, out, _ = run_cli(["analyze", str(run), *ANALYZE_ARGS], capsys)
     assert code == EXIT_OK and ": computed" in out and "cached" not in out
-    from analysis.runs import analysis_table_problem
+    from mixit_lab.analysis.runs import analysis_table_problem
 
     assert analysis_table_problem(run, "heads") is None  # rebuilt
 
@@ -132,7 +132,7 @@ def test_analyze_refuses_a_half_written_run_json_in_one_line(runs, capsys):
 
 
 def test_a_bad_heads_csv_is_named_not_reported_missing(runs):
-    from analysis.runs import read_analysis_table
+    from mixit_lab.analysis.runs import read_analysis_table
 
     (runs / "algorithmic" / "addition-0" / "analysis" / "heads.csv").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.warns(UserWarning, match=r"addition-0/analysis/heads\.csv: damaged analysis table"):
@@ -142,7 +142,7 @@ def test_a_bad_heads_csv_is_named_not_reported_missing(runs):
 
 
 def test_analysis_records_are_the_tables_rows_and_a_damaged_table_is_named(runs):
-    from analysis.runs import read_analysis_records, read_analysis_table
+    from mixit_lab.analysis.runs import read_analysis_records, read_analysis_table
 
     run = runs / "algorithmic" / "addition-1"
     expected = read_analysis_table(run, "components").to_dict("records")
@@ -196,7 +196,7 @@ def test_the_explorer_shows_a_damaged_run_and_a_link_to_a_missing_one(app, runs)
 
 def test_a_corpus_changed_before_resume_is_one_line_naming_it(tmp_path, capsys):
     # The run's tokens came from the corpus it began with; resuming on another would be silently wrong.
-    from cli.main import main
+    from mixit_lab.cli.main import main
     from corpora import wikitext_like
 
     corpus = tmp_path / "corpus.txt"

@@ -15,8 +15,8 @@ import pytest
 import torch
 from transformer_lens import FactoredMatrix, patching
 
-from models import ModelConfig, build_model
-from models.lens import QK_KINDS, LensRefusal
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.models.lens import QK_KINDS, LensRefusal
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {

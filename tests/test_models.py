@@ -10,7 +10,7 @@ from transformer_lens.head_detector import (
     get_previous_token_head_detection_pattern,
 )
 
-from models import VARIANTS, CheckpointError, ModelConfig, build_model, load_model
+from mixit_lab.models import VARIANTS, CheckpointError, ModelConfig, build_model, load_model
 
 ALL = list(VARIANTS)
 
@@ -296,7 +296,7 @@ def test_save_replaces_atomically_and_leaves_no_temp_dirs(tiny_cfg, tmp_path):
 
 
 def test_failed_save_keeps_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):
-    import models.checkpoint as ck
+    import mixit_lab.models.checkpoint as ck
 
     good = build_model(tiny_cfg(seed=0))
     good.save_pretrained(tmp_path / "ckpt")
@@ -366,7 +366,7 @@ def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
     calls = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
-    import models.attention.kernels as kernels
+    import mixit_lab.models.attention.kernels as kernels
 
     monkeypatch.setitem(kernels.MATH_ATTENTION_MAX_LEN, torch.float32, 8)  # 16 positions: past the plain ops' limit
     model = build_model(tiny_cfg("frozen_qk"))
@@ -378,7 +378,7 @@ def test_fused_path_used_when_no_hook_needs_the_pattern(tiny_cfg, monkeypatch):
 
 
 def test_qk_init_std_scales_only_queries_and_keys(tiny_cfg):
-    from models import build_model
+    from mixit_lab.models import build_model
 
     base = build_model(tiny_cfg("frozen_qk", d_model=64, n_ctx=16))
     wide = build_model(tiny_cfg("frozen_qk", d_model=64, n_ctx=16, qk_init_std=0.125))
@@ -399,8 +399,8 @@ def test_qk_init_std_scales_only_queries_and_keys(tiny_cfg):
 
 def test_mixit_without_sink_head(tiny_cfg):
     """sink_head=False replaces only head 0 by a random mixing head; the sink is what collapses tokens with depth."""
-    from analysis.signal import signal_propagation_model
-    from models import build_model
+    from mixit_lab.analysis.signal import signal_propagation_model
+    from mixit_lab.models import build_model
 
     with_sink = build_model(tiny_cfg("mixit", n_layers=1))
     without = build_model(tiny_cfg("mixit", n_layers=1, sink_head=False))
@@ -423,7 +423,7 @@ def test_short_sequences_take_plain_attention_with_the_same_result(variant, prec
     in fp32 and under bf16 autocast, forward and backward."""
     import torch.nn.functional as F
 
-    import models.attention.kernels as kernels
+    import mixit_lab.models.attention.kernels as kernels
 
     model = build_model(tiny_cfg(variant))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -454,7 +454,7 @@ def test_short_sequences_take_plain_attention_with_the_same_result(variant, prec
 def test_softmax_over_keys_is_the_softmax_in_every_layout(layout):
     """The attention pattern is softmax over the last dimension of [batch, head, query, key] scores, whichever
     memory layout the scores come in (masked keys at -inf get weight 0)."""
-    from models.attention.kernels import softmax_over_keys
+    from mixit_lab.models.attention.kernels import softmax_over_keys
 
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(3, 4, 9, 9, generator=g, dtype=torch.float64).masked_fill(torch.ones(9, 9).triu(1).bool(), float("-inf"))
@@ -469,7 +469,7 @@ def test_every_score_layout_computes_the_same_attention(variant, tiny_cfg, monke
     """Short sequences take the scores keys-outermost (KEYS_OUTER_MAX_LEN), longer ones keys-first, then keys
     last: one function in all three, forward and backward, with padding and with from_pos (fp64: shaped
     models' gradients are large enough that fp32 rounding would hide a difference)."""
-    import models.attention.kernels as kernels
+    import mixit_lab.models.attention.kernels as kernels
 
     model = build_model(tiny_cfg(variant, init_std=0.2)).double()
     tokens = torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(0))
@@ -548,7 +548,7 @@ def test_frozen_qk_skips_the_weight_gradients_of_q_and_k(tiny_cfg):
 def test_from_pos_gives_the_later_positions_of_the_full_output(variant, causal, fused, tiny_cfg, monkeypatch):
     """model(tokens, from_pos=p) equals model(tokens)[:, p:], with and without padding, through the plain and
     the fused attention paths, and so do the gradients it sends back (the trainer's losses rely on it)."""
-    import models.attention.kernels as kernels
+    import mixit_lab.models.attention.kernels as kernels
 
     if fused:
         monkeypatch.setitem(kernels.MATH_ATTENTION_MAX_LEN, torch.float32, 0)

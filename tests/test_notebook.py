@@ -13,8 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from analysis.heads import COLUMNS
-from models import ModelConfig, build_model
+from mixit_lab.analysis.heads import COLUMNS
+from mixit_lab.models import ModelConfig, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "inspect_heads.ipynb"

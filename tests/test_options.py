@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from models import VARIANTS, ModelConfig, build_model
-from models.config import FIELD_USE, check_grid_models, check_model_extra, grid_extra
+from mixit_lab.models import VARIANTS, ModelConfig, build_model
+from mixit_lab.models.config import FIELD_USE, check_grid_models, check_model_extra, grid_extra
 
 SMALL = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "2"]
 # A value away from each FIELD_USE field's default that changes any model using the field (at d_model 16).
@@ -28,7 +28,7 @@ MODELS = [(v, ()) for v in VARIANTS] + [("standard", ("shaped",)), ("standard", 
 
 
 def _mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
 
 
@@ -65,7 +65,7 @@ def test_depth_and_pooling_fields_apply_only_where_they_act():
 
 def test_a_saved_config_with_a_field_that_changes_nothing_still_loads(tmp_path):
     """Runs recorded before the refusal (residual_scale on standard) load: only commands refuse."""
-    from models import load_model
+    from mixit_lab.models import load_model
 
     cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, n_ctx=8, d_vocab=11, residual_scale=0.5)
     build_model(cfg).save_pretrained(tmp_path / "ckpt")
@@ -107,7 +107,7 @@ def test_duplicate_runs_are_named():
 
 
 def test_a_sweep_files_freeze_adds_up_and_repeats_count_once(tmp_path):
-    from training.sweep import build_grid
+    from mixit_lab.training.sweep import build_grid
 
     grid = tmp_path / "g.yaml"
     grid.write_text("variants: [{standard: {freeze: 'o,o'}}]\ntasks: [addition]\ntrain: {model_extra: {freeze: 'v,v'}}\n")
@@ -119,7 +119,7 @@ def test_a_sweep_files_freeze_adds_up_and_repeats_count_once(tmp_path):
 
 
 def test_a_sweep_field_no_model_uses_is_refused_but_one_some_use_is_kept(tmp_path):
-    from training.sweep import build_grid
+    from mixit_lab.training.sweep import build_grid
 
     grid = tmp_path / "g.yaml"
     grid.write_text("variants: [standard, frozen_qk]\ntasks: [addition]\ntrain: {model_extra: {residual_scale: 0.5}}\n")
@@ -131,11 +131,11 @@ def test_a_sweep_field_no_model_uses_is_refused_but_one_some_use_is_kept(tmp_pat
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "reproduce" / "presets").glob("*.yaml")))
 def test_every_preset_and_example_grid_still_validates(preset):
-    from reproduce.corpora import TextChoice
-    from reproduce.pipeline import preset_runs
-    from reproduce.preset import load_preset
-    from reproduce.preset import TEXT_KINDS
-    from training.sweep import build_grid
+    from mixit_lab.reproduce.corpora import TextChoice
+    from mixit_lab.reproduce.pipeline import preset_runs
+    from mixit_lab.reproduce.preset import load_preset
+    from mixit_lab.reproduce.preset import TEXT_KINDS
+    from mixit_lab.training.sweep import build_grid
 
     skipped = {kind: TextChoice(skipped=True) for kind in TEXT_KINDS}
     assert preset_runs(load_preset(preset), skipped)
@@ -146,7 +146,7 @@ def test_the_help_examples_of_model_option_apply():
     base = dict(d_model=16, n_layers=1, n_heads=2)
     ModelConfig(**base, qk_init_std=0.044).check_fields_apply()
     ModelConfig(**base, variant="mixit", residual_scale=0.5).check_fields_apply()
-    from cli.main import build_parser
+    from mixit_lab.cli.main import build_parser
 
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     text = next(a.help for a in train._actions if "--model-option" in a.option_strings)
@@ -197,8 +197,8 @@ def test_a_run_that_diverged_before_its_first_checkpoint_does_not_block_the_corr
 def test_a_field_its_model_does_not_use_is_no_difference_between_two_runs(tmp_path):
     # Presets once recorded a shared residual_scale on standard runs; grids now leave it out. Either way the same
     # model: a run recorded with it resumes under a config without it, and a real change is still a difference.
-    from training import TrainConfig, train
-    from training.settings import settings_differences
+    from mixit_lab.training import TrainConfig, train
+    from mixit_lab.training.settings import settings_differences
 
     base = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=2,
                 batch_size=8, eval_every=2, eval_samples=16, device="cpu")

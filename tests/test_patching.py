@@ -1,4 +1,4 @@
-"""analysis.patching: clean/corrupted pairs that differ only in the answer, and head patching through
+"""mixit_lab.analysis.patching: clean/corrupted pairs that differ only in the answer, and head patching through
 TransformerLens's own patching function, checked against a hand-written patch."""
 
 import warnings
@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.patching import (
+from mixit_lab.analysis.patching import (
     CALLABLE_ATOL, COLUMNS, LOGIT_DIFF_ATOL, HeadPatching, PatchingWarning, head_patching, patch_heads, patching_pairs,
     warn_if_near_equal,
 )
-from models import ModelConfig, build_model
-from training.tasks import get_task
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.training.tasks import get_task
 
 
 def test_retrieval_pairs_change_only_the_queried_value():
@@ -93,7 +93,7 @@ def _run_dir(tmp_path, model, task, name: str = "run"):
     """A run directory as `mixit train` leaves it, as far as analyses read it: run.json + checkpoint/."""
     import json
 
-    from training import TrainConfig
+    from mixit_lab.training import TrainConfig
 
     run = tmp_path / name
     model.save_pretrained(run / "checkpoint")
@@ -187,7 +187,7 @@ def test_patching_warns_when_clean_and_corrupted_coincide():
     assert constant.frame()["restored"].isna().all()
 
 
-@pytest.mark.filterwarnings("ignore::analysis.patching.PatchingWarning")  # an untrained model
+@pytest.mark.filterwarnings("ignore::mixit_lab.analysis.patching.PatchingWarning")  # an untrained model
 def test_head_patching_takes_a_run_directory(tmp_path):
     model, task = _retrieval_model()
     run = _run_dir(tmp_path, model, task)

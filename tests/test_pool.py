@@ -1,4 +1,4 @@
-"""training.pool.forked_map: results in order, errors and dead processes as results, the same as inline; and
+"""mixit_lab.training.pool.forked_map: results in order, errors and dead processes as results, the same as inline; and
 fork_workers, which keeps the work in the calling process wherever forking is unsafe."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import ROOT
-from training.pool import fork_workers, forked_map
+from mixit_lab.training.pool import fork_workers, forked_map
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked_map forks only on Linux")
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fo
 # and an item that kills its process must not run inline here.
 FORKED = """
 import json, os, sys
-from training.pool import fork_workers, forked_map
+from mixit_lab.training.pool import fork_workers, forked_map
 
 def square_or_fail(x):
     if x == 3:

@@ -1,4 +1,4 @@
-"""Sweeps on Ray (training.sweep.Executor("ray")): a local Ray trains the same run directories as the
+"""Sweeps on Ray (mixit_lab.training.sweep.Executor("ray")): a local Ray trains the same run directories as the
 process pool, skips finished runs, records a failed run as a row, and a missing Ray is one line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cli.main import main
+from mixit_lab.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--seeds", "0", "1",
@@ -22,7 +22,7 @@ SWEEP = ["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standar
 
 def sweep(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "cli", *SWEEP, *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "mixit_lab.cli", *SWEEP, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 
 
@@ -53,8 +53,8 @@ def test_a_ray_sweep_trains_the_runs_the_pool_trains(tmp_path):
 @pytest.mark.slow  # starts a local Ray
 def test_a_failed_ray_run_is_a_row_and_the_others_finish(tmp_path):
     pytest.importorskip("ray")
-    from training.sweep import Executor, run_sweep
-    from training.config import TrainConfig
+    from mixit_lab.training.sweep import Executor, run_sweep
+    from mixit_lab.training.config import TrainConfig
 
     base = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, steps=20,
                 batch_size=16, eval_every=20, eval_samples=64)
@@ -147,7 +147,7 @@ def test_check_ray_address_answers_in_seconds():
     import socket
     import time
 
-    from training.sweep import check_ray_address
+    from mixit_lab.training.sweep import check_ray_address
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,7 +167,7 @@ def test_check_ray_address_answers_in_seconds():
 
 
 class _RayCalls:
-    """What `training.sweep._stop` asks of Ray, recorded."""
+    """What `mixit_lab.training.sweep._stop` asks of Ray, recorded."""
 
     def __init__(self) -> None:
         self.calls: list = []
@@ -185,7 +185,7 @@ class _RayCalls:
 def test_pending_ray_tasks_end_with_the_ray_started_here_and_are_cancelled_in_the_callers(started, expected):
     # Was: each pending task cancelled, then ray.shutdown(): on a Ctrl-C that caught a task finishing, Ray's core
     # worker completed a task its cancel had already failed and aborted the command (exit 1 for 130, a C++ dump).
-    from training.sweep import _stop
+    from mixit_lab.training.sweep import _stop
 
     ray = _RayCalls()
     _stop(ray, {"a": "job a", "b": "job b"}, started)

@@ -18,14 +18,14 @@ import time
 import pytest
 import torch
 
-from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
-from cli.main import main
+from mixit_lab.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+from mixit_lab.cli.main import main
 from conftest import ROOT
-from models import load_model
-from training import TrainConfig, train
-from training.rundir import RunLocked, find_checkpoint, run_lock
-from training.sweep import run_sweep
-from training.settings import SettingsChanged
+from mixit_lab.models import load_model
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.rundir import RunLocked, find_checkpoint, run_lock
+from mixit_lab.training.sweep import run_sweep
+from mixit_lab.training.settings import SettingsChanged
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
             lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
@@ -63,7 +63,7 @@ def test_a_sweep_leaves_a_run_that_another_process_writes(tmp_path):
 def test_two_concurrent_sweeps_train_each_run_once(tmp_path):
     """Two `mixit sweep` processes into one folder: one trains every run, its metrics in order; the other is
     refused (exit 2, one line naming the folder's holder), or finds every run finished if it started after."""
-    argv = [sys.executable, "-m", "cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
+    argv = [sys.executable, "-m", "mixit_lab.cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
             "mixit", "--seeds", "0", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "60",
             "--batch-size", "16", "--eval-every", "20", "--eval-samples", "64", "--out", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -115,7 +115,7 @@ def test_out_naming_a_file_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("code, reason", [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left")])
 def test_a_read_only_or_full_disk_is_one_line(tmp_path, capsys, monkeypatch, code, reason):
-    import training.trainer as trainer_mod
+    import mixit_lab.training.trainer as trainer_mod
 
     def refuse(path, data):
         raise OSError(code, os.strerror(code), str(path))
@@ -136,7 +136,7 @@ def test_a_run_without_a_checkpoint_yet_is_named_as_such(tmp_path):
 
 
 def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
-    import training.sweep as sweep_mod
+    import mixit_lab.training.sweep as sweep_mod
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -150,7 +150,7 @@ def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
 def test_a_sigterm_that_a_library_rethrows_as_a_plain_interrupt_still_exits_143(tmp_path, capsys, monkeypatch):
     """Ray's ray.get catches the KeyboardInterrupt that a signal handler raises inside it and raises a plain one in
     its place; the exit status follows the signal, not the exception's class (was: 130 or 143 by the timing)."""
-    import training.sweep as sweep_mod
+    import mixit_lab.training.sweep as sweep_mod
 
     def like_ray(*args, **kwargs):
         try:
@@ -189,7 +189,7 @@ def _listening(port: int) -> bool:
 def test_mixit_app_stops_on_a_signal_and_frees_its_port(tmp_path, sig):
     port = _free_port()
     # As from a terminal: under `nohup` (SIGHUP ignored, and inherited) the explorer rightly survives a hangup.
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "app", str(tmp_path), "--port", str(port), "--headless"],
+    proc = subprocess.Popen([sys.executable, "-m", "mixit_lab.cli", "app", str(tmp_path), "--port", str(port), "--headless"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
@@ -233,7 +233,7 @@ def _listening_addresses(port: int) -> set[str]:
 @pytest.mark.parametrize("host, expected, warned", [(None, {"127.0.0.1"}, False), ("0.0.0.0", {"0.0.0.0"}, True)])
 def test_mixit_app_listens_on_loopback_unless_told(tmp_path, host, expected, warned):
     port = _free_port()
-    argv = [sys.executable, "-m", "cli", "app", str(tmp_path), "--port", str(port), "--headless"]
+    argv = [sys.executable, "-m", "mixit_lab.cli", "app", str(tmp_path), "--port", str(port), "--headless"]
     proc = subprocess.Popen(argv + (["--host", host] if host else []), cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
@@ -251,7 +251,7 @@ def test_mixit_app_listens_on_loopback_unless_told(tmp_path, host, expected, war
 
 # --------------------------------------------------------------------------- checkpoints verify themselves
 def test_flipped_bytes_in_the_weights_are_refused_naming_the_file(tmp_path, capsys):
-    from models.checkpoint import CheckpointError
+    from mixit_lab.models.checkpoint import CheckpointError
 
     run = tmp_path / "run"
     train(TrainConfig(**TINY, steps=10), run, progress=False)
@@ -305,7 +305,7 @@ def test_a_resume_between_two_logs_logs_the_same_training_loss(tmp_path, monkeyp
     mean loss over the same steps as a run that never stopped (the window travels in the trainer state)."""
     import contextlib
 
-    import training.trainer as trainer
+    import mixit_lab.training.trainer as trainer
 
     cfg = TrainConfig(**{**TINY, "log_every": 10}, steps=30, checkpoint_every=5)
     train(cfg, tmp_path / "whole", progress=False)
@@ -347,7 +347,7 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    argv = [sys.executable, "-m", "cli", "train", *TRAIN_ARGS, "--steps", str(steps), "--checkpoint-every", "5",
+    argv = [sys.executable, "-m", "mixit_lab.cli", "train", *TRAIN_ARGS, "--steps", str(steps), "--checkpoint-every", "5",
             "--eval-every", "100", "--tracker", "tensorboard", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     rng = random.Random(0)
@@ -392,7 +392,7 @@ def test_sigkill_at_random_moments_then_resume_ends_as_an_uninterrupted_run(tmp_
 def test_atomic_files_and_directories_get_the_modes_the_umask_gives(tmp_path, umask, file_mode, dir_mode):
     # mkstemp/mkdtemp make 0600 files and 0700 directories: others on a shared file system (a Ray or Slurm
     # cluster, an explorer run by another account) could not read checkpoints or reports.
-    from models.files import atomic_directory, write_text
+    from mixit_lab.models.files import atomic_directory, write_text
 
     old = os.umask(umask)
     try:
@@ -411,7 +411,7 @@ def test_every_file_of_a_run_follows_the_umask(tmp_path, umask):
     # safetensors writes its files 0600 whatever the umask: the weights and the optimizer state must not be the
     # only files of a run that another account on a shared file system cannot read.
     out = tmp_path / "run"
-    code = (f"import os, sys; os.umask({umask:#o}); from cli.main import main; sys.exit(main(sys.argv[1:]))")
+    code = (f"import os, sys; os.umask({umask:#o}); from mixit_lab.cli.main import main; sys.exit(main(sys.argv[1:]))")
     argv = ["train", "--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
             "--steps", "4", "--batch-size", "8", "--eval-every", "2", "--eval-samples", "16", "--device", "cpu",
             "--out", str(out)]
@@ -435,7 +435,7 @@ def test_every_file_of_a_run_follows_the_umask(tmp_path, umask):
 def test_abbreviated_options_are_refused_through_the_real_command(tmp_path, argv, named):
     # argparse would take --d-mod for --d-model, while the sweep looks for the literal option to know what the
     # user set: the run trained width 64. Refused as an unknown option instead, exit 2, one line.
-    done = subprocess.run([sys.executable, "-m", "cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == EXIT_USAGE, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -453,7 +453,7 @@ def test_a_warning_is_one_line_without_library_source(tmp_path, argv):
     small = ["--max-pairs", "8", "--steps", "2", "--batch-size", "128", "--d-model", "16", "--n-layers", "1",
              "--n-heads", "2", "--eval-every", "2"]
     extra = ["--task", "dyck", "--quiet"] if argv[0] == "train" else []
-    done = subprocess.run([sys.executable, "-m", "cli", *argv, *small, *extra],
+    done = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv, *small, *extra],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == EXIT_OK, done.stderr[-2000:]
@@ -474,7 +474,7 @@ def _killed_on_three(x):
 
 @pytest.mark.slow  # worker processes
 def test_a_killed_pool_worker_fails_its_job_and_the_others_finish():
-    from training.pool import WorkerDied, pool_map
+    from mixit_lab.training.pool import WorkerDied, pool_map
 
     got = list(pool_map(_killed_on_three, list(range(6)), 2, failed=lambda job, error: (job, error)))
     assert sorted(r for r in got if isinstance(r, int)) == [0, 10, 20, 40, 50]
@@ -487,9 +487,9 @@ def test_a_killed_pool_worker_fails_its_job_and_the_others_finish():
 @pytest.mark.slow
 def test_a_sweep_whose_worker_is_killed_finishes_the_others_and_exits_1(tmp_path):
     # A real SIGKILL of the process training one run of a two-worker sweep: it used to wait forever.
-    from training.rundir import LOCK_FILE
+    from mixit_lab.training.rundir import LOCK_FILE
 
-    argv = [sys.executable, "-m", "cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
+    argv = [sys.executable, "-m", "mixit_lab.cli", "sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard",
             "mixit", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--batch-size", "16", "--steps", "3000",
             "--eval-every", "1000", "--workers", "2", "--seeds", "0", "--out", str(tmp_path / "sweep")]
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
@@ -544,7 +544,7 @@ def test_yaml_numbers_with_exponents_are_numbers_and_other_types_one_line(tmp_pa
     text = (GRID if command == "sweep" else PRESET).replace("LR", lr).replace("WD", wd)
     (tmp_path / "f.yaml").write_text(text)
     where = [str(tmp_path / "f.yaml")] if command == "sweep" else ["--preset", str(tmp_path / "f.yaml")]
-    done = subprocess.run([sys.executable, "-m", "cli", command, *where, "--dry-run", "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "mixit_lab.cli", command, *where, "--dry-run", "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if problem is None:
         assert done.returncode == EXIT_OK, done.stderr
@@ -595,7 +595,7 @@ def test_a_checkpoint_read_while_the_trainer_swaps_it_is_one_generation_never_co
     weights (a config and weights from two generations were once called corrupt)."""
     import threading
 
-    from models import ModelConfig, build_model, save_model
+    from mixit_lab.models import ModelConfig, build_model, save_model
 
     models = [build_model(ModelConfig(variant="standard", d_model=16, n_layers=1, n_heads=2, n_ctx=8, d_vocab=11,
                                       seed=s)) for s in range(2)]

@@ -12,14 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from models import ModelConfig
-from reproduce.corpora import TextChoice, choose_text
-from reproduce.pipeline import check_not_stale, preset_runs
-from reproduce.preset import load_preset, preset_names
-from reproduce.report import corpus_line
-from reproduce.tables import INDUCTION_COLUMNS, build_tables
-from reproduce.verdicts import check_findings
-from training import TrainConfig
+from mixit_lab.models import ModelConfig
+from mixit_lab.reproduce.corpora import TextChoice, choose_text
+from mixit_lab.reproduce.pipeline import check_not_stale, preset_runs
+from mixit_lab.reproduce.preset import load_preset, preset_names
+from mixit_lab.reproduce.report import corpus_line
+from mixit_lab.reproduce.tables import INDUCTION_COLUMNS, build_tables
+from mixit_lab.reproduce.verdicts import check_findings
+from mixit_lab.training import TrainConfig
 
 from conftest import ROOT
 
@@ -48,8 +48,8 @@ def test_a_text_study_trains_on_the_chosen_corpus(tmp_path):
 
 
 def test_smoke_preset_covers_every_variant_on_every_algorithmic_task():
-    from models import VARIANTS
-    from training.tasks import ALGORITHMIC_TASKS
+    from mixit_lab.models import VARIANTS
+    from mixit_lab.training.tasks import ALGORITHMIC_TASKS
 
     runs = preset_runs(load_preset("smoke"), {"lm": TextChoice(skipped=True), "sentiment": TextChoice(skipped=True)})
     pairs = {(cfg.variant, cfg.task) for _, cfg in runs}
@@ -91,7 +91,7 @@ def test_bad_presets_are_one_line_errors(tmp_path):
 def test_every_block_of_a_preset_is_checked_before_anything_runs(tmp_path, capsys, block, key):
     """A typo or a bad value anywhere in a preset is one line naming the file, the block and the key, exit 2,
     from the real command, --dry-run too: not a TypeError after the whole training stage."""
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     path = tmp_path / "typo.yaml"
     studies = "" if block.startswith("studies") else "studies: {a: {tasks: [addition]}}\n"
@@ -106,7 +106,7 @@ def test_every_block_of_a_preset_is_checked_before_anything_runs(tmp_path, capsy
 
 
 def test_a_preset_is_typed_data_with_the_file_defaults(tmp_path):
-    from reproduce.preset import Preset
+    from mixit_lab.reproduce.preset import Preset
 
     path = tmp_path / "mine.yaml"
     path.write_text("train: {steps: 7}\nstudies: {a: {tasks: addition, seeds: 3}}\n")
@@ -120,7 +120,7 @@ def test_a_preset_is_typed_data_with_the_file_defaults(tmp_path):
 
 
 def test_precision_over_the_presets_own(tmp_path, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     path = tmp_path / "mine.yaml"
     path.write_text("train: {precision: bf16}\nstudies: {a: {tasks: addition}, b: {tasks: dyck, train: {precision: bf16}}}\n")
@@ -142,7 +142,7 @@ def test_precision_over_the_presets_own(tmp_path, capsys):
 
 
 def test_text_corpus_choice(tmp_path, monkeypatch):
-    import reproduce.corpora as corpora
+    import mixit_lab.reproduce.corpora as corpora
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("hello world\n")
@@ -174,10 +174,27 @@ def test_text_corpus_choice(tmp_path, monkeypatch):
     assert hub["sentiment"].params == {"dataset": "yelp_polarity-1k"} and "500 per class" in hub["sentiment"].note
 
 
-def test_hub_fallbacks_are_small_and_fixed():
-    from training.tasks.hub import HUB_DATASETS
+def test_local_corpora_are_looked_for_beside_the_work_not_inside_site_packages(tmp_path, monkeypatch):
+    """$MIXIT_DATA first, then ../shared/data beside the working directory, then beside a source checkout; an
+    installed package (no pyproject.toml beside its folders) never looks beside site-packages."""
+    import mixit_lab.reproduce.corpora as corpora
 
-    import reproduce.corpora as corpora
+    given, beside_cwd, beside_checkout = tmp_path / "mine", tmp_path / "shared" / "data", tmp_path / "co" / "shared" / "data"
+    for folder in (given, beside_cwd, beside_checkout, tmp_path / "work", tmp_path / "co" / "src"):
+        folder.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setattr(corpora, "PACKAGE_ROOT", tmp_path / "co" / "src")  # installed: no pyproject.toml there
+    monkeypatch.delenv(corpora.DATA_ENV, raising=False)
+    assert corpora._shared_data_dirs() == [beside_cwd]
+    (tmp_path / "co" / "src" / "pyproject.toml").write_text("")  # a source checkout
+    monkeypatch.setenv(corpora.DATA_ENV, str(given))
+    assert corpora._shared_data_dirs() == [given, beside_cwd, beside_checkout]
+
+
+def test_hub_fallbacks_are_small_and_fixed():
+    from mixit_lab.training.tasks.hub import HUB_DATASETS
+
+    import mixit_lab.reproduce.corpora as corpora
 
     lm, sentiment = (HUB_DATASETS[corpora.TEXT_SOURCES[k]["hub"]] for k in ("lm", "sentiment"))
     # The same text as ../shared/data/wikitext-2 (valid.txt + test.txt, the v1 splits), held out like those files.
@@ -189,7 +206,7 @@ def test_hub_fallbacks_are_small_and_fixed():
 
 
 def test_no_corpus_anywhere_skips_with_a_note(monkeypatch):
-    import reproduce.corpora as corpora
+    import mixit_lab.reproduce.corpora as corpora
 
     monkeypatch.setattr(corpora, "_shared_data_dirs", lambda: [])
     choice = choose_text("lm", None, hub_check=_no_hub)
@@ -210,8 +227,8 @@ def test_a_run_trained_with_another_config_is_refused(tmp_path):
 def test_a_run_whose_saved_model_another_default_built_is_refused(tmp_path):
     """Same settings, but the saved bidirectional MixiT has the rows of a former default: refused, naming the field.
     A causal model saved with either value is the same model and is reused."""
-    from models import build_model, save_model
-    from models.checkpoint import RUN_CHECKPOINT_DIR
+    from mixit_lab.models import build_model, save_model
+    from mixit_lab.models.checkpoint import RUN_CHECKPOINT_DIR
 
     cfg = TrainConfig(task="sentiment", variant="mixit", steps=10)
     for causal, refused in ((False, True), (True, False)):
@@ -244,7 +261,7 @@ def test_missing_data_is_not_measured_never_holds():
 def test_a_report_is_swapped_in_whole_and_keeps_what_else_its_folder_holds(tmp_path, monkeypatch):
     """A report stopped half-way (here, by an interrupt after its first table) leaves the previous report whole;
     the next one replaces it whole: a table of the older reproduction goes, a figures folder and notes stay."""
-    from reproduce import report
+    from mixit_lab.reproduce import report
 
     runs, folder = tmp_path / "runs", tmp_path / "report"
     runs.mkdir()
@@ -278,7 +295,7 @@ def test_a_report_is_swapped_in_whole_and_keeps_what_else_its_folder_holds(tmp_p
         report.write_report(runs, tmp_path, {"preset": "third"})
 
 def test_a_report_without_paper_runs_says_so_instead_of_a_table(tmp_path):
-    from reproduce.report import write_report
+    from mixit_lab.reproduce.report import write_report
 
     (tmp_path / "runs").mkdir()
     findings = write_report(tmp_path / "runs", tmp_path / "report", {"preset": "beyond"})
@@ -293,7 +310,7 @@ def _seeds(mean, spread=0.0, n=3):
 
 
 def _acc(task, variant, values, **extra):
-    """A row of an accuracy table (reproduce.tables): mean, median and the per-seed values."""
+    """A row of an accuracy table (mixit_lab.reproduce.tables): mean, median and the per-seed values."""
     values = list(values)
     return {"task": task, "variant": variant, "accuracy": sum(values) / len(values),
             "median": sorted(values)[len(values) // 2], "values": values, **extra}
@@ -394,7 +411,7 @@ def test_a_stuck_seed_leaves_the_retrieval_verdict_undecided_and_is_named(tmp_pa
         for seed, acc in enumerate(accs):
             rows.append({"task": "retrieval", "task_label": "retrieval(pairs=8)", "variant": v, "seed": seed,
                          "eval_acc": acc})
-    from reproduce.selection import accuracy_stats
+    from mixit_lab.reproduce.selection import accuracy_stats
 
     acc = accuracy_stats(pd.DataFrame(rows), ["variant", "task_label"]).set_index("variant")
     assert acc.loc["standard", "acc"] == pytest.approx(77.47, abs=0.01) and acc.loc["standard", "median"] == 100.0
@@ -418,7 +435,7 @@ def _memorize_tables(bpp=PAPER_BPP, accuracy=0.6, growth=0.05, override=None, se
     """Two dataset sizes (n = 48, 96) per variant: the largest stores bpp * params bits at `accuracy`, the
     next smaller (1 - growth) times as many. `override` {(variant, n): {column: value}} edits rows; with
     several seeds, seed i's bits per parameter move by (i - mean) * spread."""
-    from reproduce.tables import memorize_regimes
+    from mixit_lab.reproduce.tables import memorize_regimes
 
     rows = []
     for seed in seeds:
@@ -643,7 +660,7 @@ def _dyck(standard, mixit):
 
 
 def test_each_verdict_category_both_ways():
-    from reproduce.verdicts import check_findings as check
+    from mixit_lab.reproduce.verdicts import check_findings as check
 
     def verdict(ours, theirs):
         return check(ours, theirs)[2]
@@ -668,7 +685,7 @@ def test_each_verdict_category_both_ways():
 
 
 def test_a_failing_part_without_reference_is_not_covered_by_another_parts_agreement():
-    from reproduce.verdicts import check_findings as check
+    from mixit_lab.reproduce.verdicts import check_findings as check
 
     ours = _dyck(90.5, 66.0)
     ours["table3_tasks"] = pd.concat([ours["table3_tasks"], pd.DataFrame([
@@ -739,8 +756,8 @@ def test_finding_4_and_5_verdicts_name_their_regimes_and_halves():
 def test_thresholds_are_named_data_and_the_criterion_is_generated_from_them():
     from dataclasses import fields, replace
 
-    from reproduce.findings import AlgorithmicFinding, InductionFinding
-    from reproduce.findings import FINDINGS
+    from mixit_lab.reproduce.findings import AlgorithmicFinding, InductionFinding
+    from mixit_lab.reproduce.findings import FINDINGS
 
     assert [f.title for f in FINDINGS][0] == "Retrieval needs learned attention (Table 1)" and len(FINDINGS) == 7
     three = FINDINGS[2]
@@ -758,13 +775,13 @@ def test_thresholds_are_named_data_and_the_criterion_is_generated_from_them():
 
 
 def overall_of(finding, tables):
-    from reproduce.verdicts import overall
+    from mixit_lab.reproduce.verdicts import overall
 
     return overall(finding.check({**_tables(), **tables}))
 
 
 def test_every_claim_is_one_of_its_findings_parts():
-    from reproduce.findings import FINDINGS
+    from mixit_lab.reproduce.findings import FINDINGS
 
     examples = [_tables(table1_retrieval=pd.DataFrame([_acc("retrieval(pairs=8)", v, _seeds(90.0))
                                                        for v in ("standard", "frozen_mlp", "frozen_qk", "mixit")])),
@@ -787,9 +804,9 @@ def _fake_run(root, study, name, variant, task, params, acc, seed=0, **sizes):
 
 
 def test_the_reference_counts_only_at_our_settings(tmp_path):
-    from reproduce.reference import reference_runs
-    from reproduce.tables import reference_tables
-    from analysis.runs import load_runs
+    from mixit_lab.reproduce.reference import reference_runs
+    from mixit_lab.reproduce.tables import reference_tables
+    from mixit_lab.analysis.runs import load_runs
 
     dyck = {"max_pairs": 8}
     _fake_run(tmp_path, "algorithmic", "std", "standard", "dyck", dyck, 0.905)
@@ -824,7 +841,7 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
     assert len(reference_runs([record("standard", 100.0, warmup_steps=500)], load_runs(tmp_path))) == 0
     assert len(reference_runs([record("standard", 100.0, weight_decay=1e-3)], load_runs(tmp_path))) == 0
     # Side by side, per setting and variant: per-seed values, medians, and whether they differ beyond the spread.
-    from reproduce.reference import end_to_end
+    from mixit_lab.reproduce.reference import end_to_end
 
     e2e = end_to_end(load_runs(tmp_path), records).set_index("variant")
     assert list(e2e.index) == ["standard", "mixit"]
@@ -849,10 +866,10 @@ def test_the_reference_counts_only_at_our_settings(tmp_path):
 
 
 def test_the_report_reads_the_runs_once_and_findings_json_names_each_findings_runs(tmp_path, monkeypatch):
-    import reproduce.emergence
-    import reproduce.report
-    import reproduce.tables
-    from analysis.runs import load_runs
+    import mixit_lab.reproduce.emergence
+    import mixit_lab.reproduce.report
+    import mixit_lab.reproduce.tables
+    from mixit_lab.analysis.runs import load_runs
 
     runs_dir = tmp_path / "runs"
     for variant, acc in (("standard", 0.905), ("mixit", 0.66), ("frozen_qk", 0.9)):
@@ -862,12 +879,12 @@ def test_the_report_reads_the_runs_once_and_findings_json_names_each_findings_ru
               "d_model": 64, "n_layers": 2, "n_heads": 4, "steps": 1000, "batch_size": 128, "lr": 0.003,
               "weight_decay": 0.01, "seed": 0, "metric": "accuracy", "value": 64.4}
     reads = []
-    monkeypatch.setattr(reproduce.report, "load_runs", lambda root: reads.append(root) or load_runs(root))
-    for module in (reproduce.tables, reproduce.emergence):  # every builder takes the one table
+    monkeypatch.setattr(mixit_lab.reproduce.report, "load_runs", lambda root: reads.append(root) or load_runs(root))
+    for module in (mixit_lab.reproduce.tables, mixit_lab.reproduce.emergence):  # every builder takes the one table
         monkeypatch.setattr(module, "load_runs", lambda root: pytest.fail("a table builder read the runs again"))
-    findings = reproduce.report.write_report(runs_dir, tmp_path / "report", {"preset": "t"}, reference=[record])
+    findings = mixit_lab.reproduce.report.write_report(runs_dir, tmp_path / "report", {"preset": "t"}, reference=[record])
     assert reads == [runs_dir]
-    given = reproduce.report.write_report(runs_dir, tmp_path / "again", {"preset": "t"}, reference=[record],
+    given = mixit_lab.reproduce.report.write_report(runs_dir, tmp_path / "again", {"preset": "t"}, reference=[record],
                                           runs=load_runs(runs_dir))
     assert len(reads) == 1 and given == findings
 
@@ -898,7 +915,7 @@ def test_the_beyond_table_reads_each_tasks_headline_metric(tmp_path):
 
 
 def test_the_recorded_reference_file_loads(tmp_path):
-    from reproduce.reference import REFERENCE_FILE, load_reference
+    from mixit_lab.reproduce.reference import REFERENCE_FILE, load_reference
 
     assert load_reference(tmp_path / "none.json") == []
     bad = tmp_path / "bad.json"
@@ -913,7 +930,7 @@ def test_the_recorded_reference_file_loads(tmp_path):
 # --------------------------------------------------------------------------- end to end
 def _reproduce_cmd(tmp_path: Path, corpora: dict[str, Path]) -> list[str]:
     """The smoke preset on the generated corpora (tests/corpora.py): the text studies run without ../shared."""
-    return [sys.executable, "-m", "cli", "reproduce", "--preset", "smoke", "--workers", "2", "--quiet",
+    return [sys.executable, "-m", "mixit_lab.cli", "reproduce", "--preset", "smoke", "--workers", "2", "--quiet",
             "--out", str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report"),
             "--figures-dir", str(tmp_path / "figs"),
             "--text-file", str(corpora["lm"]), "--sentiment-file", str(corpora["sentiment"])]
@@ -972,8 +989,7 @@ def test_killed_midway_then_rerun_completes_everything(smoke):
 
 @pytest.mark.slow
 def test_every_figure_and_report_table_exists(smoke):
-    import figures
-
+    from mixit_lab import figures
     tmp, done, _, _, _ = smoke
     for name in figures.FIGURES:
         if name.startswith("lr_"):  # the smoke preset tries one rate per study: nothing to draw against the rate
@@ -1022,8 +1038,8 @@ def test_rerun_trains_and_analyses_nothing(smoke):
 def test_a_failing_figure_leaves_the_others_and_the_report(tmp_path, monkeypatch, capsys):
     # One figure raising (a bug, a malformed file) used to abort the reproduction: no report, reproduce.json
     # left "running", a traceback. Now it is listed with its one-line reason and the command exits 1.
-    import figures
-    from cli.main import main
+    from mixit_lab import figures
+    from mixit_lab.cli.main import main
 
     (tmp_path / "tiny.yaml").write_text(
         "train: {steps: 4, batch_size: 8, eval_every: 4, eval_samples: 16}\n"
@@ -1058,7 +1074,7 @@ TINY_PRESET = (
 
 
 def test_a_rerun_redoes_figures_and_report_only_when_their_inputs_changed(tmp_path, monkeypatch, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
@@ -1088,20 +1104,20 @@ def test_a_rerun_redoes_figures_and_report_only_when_their_inputs_changed(tmp_pa
 
 def test_a_rerun_starts_no_analysis_worker_for_runs_whose_analysis_is_current(tmp_path, monkeypatch, capsys):
     # Was: a worker per run, each saying "cached" after parsing every table: 30 s for 2,000 runs.
-    import reproduce.analyses
-    from cli.main import main
+    import mixit_lab.reproduce.analyses
+    from mixit_lab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
     args = ["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs"]
     assert main(args) == 0
-    given, real = [], reproduce.analyses.pool_map
+    given, real = [], mixit_lab.reproduce.analyses.pool_map
 
     def recorded(fn, jobs, workers, failed=None):
         given.append([job[0] for job in jobs])
         return real(fn, jobs, workers, failed)
 
-    monkeypatch.setattr(reproduce.analyses, "pool_map", recorded)
+    monkeypatch.setattr(mixit_lab.reproduce.analyses, "pool_map", recorded)
     capsys.readouterr()
     assert main(args) == 0
     assert given == [[]] and "analyze: 0 computed, 2 cached, 0 failed" in capsys.readouterr().out
@@ -1113,7 +1129,7 @@ def test_a_rerun_starts_no_analysis_worker_for_runs_whose_analysis_is_current(tm
 
 def test_reproduce_records_where_its_study_is(tmp_path, monkeypatch, capsys):
     """.mixit_cache/last_study.json in the working directory, and the manifest, say where the outputs went."""
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET.replace("[standard, mixit]", "[standard]"))
@@ -1132,7 +1148,7 @@ def test_a_working_directory_that_cannot_take_the_pointer_still_finishes_the_rep
     """Every output folder named elsewhere, and .mixit_cache unwritable in the working directory (a file there: as
     a read-only directory would, for root too): the pointer for `mixit app` is left out with a note, written last,
     and reproduce.json says finished."""
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     cwd, outputs = tmp_path / "cwd", tmp_path / "outputs"
     cwd.mkdir()
@@ -1149,8 +1165,8 @@ def test_a_working_directory_that_cannot_take_the_pointer_still_finishes_the_rep
 
 def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
     # Their addition accuracy scores the token after each answer token: a number, but not our metric.
-    from analysis.runs import load_runs
-    from reproduce.reference import end_to_end
+    from mixit_lab.analysis.runs import load_runs
+    from mixit_lab.reproduce.reference import end_to_end
 
     _fake_run(tmp_path, "depth", "r", "random", "addition", {"digits": 2}, 0.7, steps=3000, n_heads=16)
     record = {"study": "depth-random", "task": "addition", "task_params": {"digits": 2}, "variant": "random",
@@ -1164,8 +1180,8 @@ def test_an_authors_metric_that_is_not_ours_is_shown_but_not_compared(tmp_path):
 def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
     # A tuned study trains every rate once; the verdict's "authors' code, same settings" must be at the rate chosen
     # for each variant, not at a rate of the grid that lost (their mixit at 3e-3 when ours was chosen at 1e-2).
-    from reproduce.tables import reference_tables
-    from analysis.runs import load_runs
+    from mixit_lab.reproduce.tables import reference_tables
+    from mixit_lab.analysis.runs import load_runs
 
     dyck = {"max_pairs": 8}
     _fake_run(tmp_path, "algorithmic", "std", "standard", "dyck", dyck, 0.9)
@@ -1184,7 +1200,7 @@ def test_the_reference_is_read_at_each_variants_chosen_learning_rate(tmp_path):
 def test_the_reference_never_borrows_another_studys_runs(tmp_path):
     # Our Table 3 memorize item (width 64, group algorithmic) has no reference; the authors' memorization-study
     # records (width 16, group memorize) must not stand in for it, as our own tables' fallback would do.
-    from reproduce.tables import reference_tables
+    from mixit_lab.reproduce.tables import reference_tables
 
     _fake_run(tmp_path, "algorithmic", "m", "standard", "memorize", {"n": 48, "d": 2}, 1.0)
     _fake_run(tmp_path, "memorize", "m16", "standard", "memorize", {"n": 128, "d": 2}, 0.2, d_model=16)
@@ -1214,7 +1230,7 @@ def _signal_records(growth, seeds=(0, 1), **change):
 @pytest.fixture(scope="module")
 def signal_dir(tmp_path_factory):
     """A runs folder whose signal stage ran at SIGNAL_BLOCK (signal/signal.csv and its cache key)."""
-    from reproduce.pipeline import signal_stage
+    from mixit_lab.reproduce.pipeline import signal_stage
 
     out = tmp_path_factory.mktemp("runs")
     signal_stage(json.loads(json.dumps(SIGNAL_BLOCK)), out, lambda _: None)
@@ -1222,20 +1238,20 @@ def signal_dir(tmp_path_factory):
 
 
 def test_the_signal_stage_defaults_are_the_ones_the_reference_assumes(tmp_path, monkeypatch):
-    import analysis.signal
-    from reproduce.pipeline import signal_stage
-    from reproduce.reference import SIGNAL_STAGE_DEFAULTS
+    import mixit_lab.analysis.signal
+    from mixit_lab.reproduce.pipeline import signal_stage
+    from mixit_lab.reproduce.reference import SIGNAL_STAGE_DEFAULTS
 
-    monkeypatch.setattr(analysis.signal, "signal_propagation", lambda **kw: pd.DataFrame({"variant": []}))
+    monkeypatch.setattr(mixit_lab.analysis.signal, "signal_propagation", lambda **kw: pd.DataFrame({"variant": []}))
     signal_stage({}, tmp_path, lambda _: None)
     key = json.loads((tmp_path / "signal" / "signal.json").read_text())
     assert {k: key[k] for k in SIGNAL_STAGE_DEFAULTS} == SIGNAL_STAGE_DEFAULTS
 
 
 def test_table7_reference_from_the_authors_model_at_our_signal_settings(signal_dir, tmp_path):
-    from analysis.runs import load_runs
-    from reproduce.reference import reference_runs, reference_signal
-    from reproduce.tables import reference_tables
+    from mixit_lab.analysis.runs import load_runs
+    from mixit_lab.reproduce.reference import reference_runs, reference_signal
+    from mixit_lab.reproduce.tables import reference_tables
 
     path = signal_dir / "signal" / "signal.csv"
     records = _signal_records({"random": 100.0, "mixit": 8.0, "mixit, no sink": 1.0})
@@ -1263,7 +1279,7 @@ def test_table7_reference_from_the_authors_model_at_our_signal_settings(signal_d
 
 
 def test_finding_5_reads_the_covariance_reference_part_by_part(signal_dir):
-    from reproduce.tables import reference_tables
+    from mixit_lab.reproduce.tables import reference_tables
 
     def t6(random_deep):
         return pd.DataFrame([{"variant": v, "n_layers": n, "accuracy": a, "values": _seeds(a)} for v, n, a in
@@ -1297,11 +1313,11 @@ def test_finding_5_reads_the_covariance_reference_part_by_part(signal_dir):
 
 
 def test_images_drawn_inside_the_figures_package_do_not_change_the_inputs_fingerprint(tmp_path):
-    """The default figures folder lies inside the figures package (figures/out/): what a study draws there is not
-    code, so a fresh study's first rerun finds its figures and report unchanged instead of redrawing them all."""
+    """A figures folder given inside the figures package (once the default, figures/out/): what a study draws there
+    is not code, so a fresh study's first rerun finds its figures and report unchanged instead of redrawing them."""
     import pandas as pd
 
-    from reproduce.pipeline import PROJECT_ROOT, inputs_fingerprint
+    from mixit_lab.reproduce.pipeline import PROJECT_ROOT, inputs_fingerprint
 
     runs = pd.DataFrame({"path": [], "variant": []})
     before = inputs_fingerprint(runs, tmp_path, {"preset": "x"})
@@ -1317,8 +1333,8 @@ def test_images_drawn_inside_the_figures_package_do_not_change_the_inputs_finger
 
 
 def test_the_authors_schedule_table_reads_a_tuning_only_studys_runs_from_the_record():
-    from analysis.runs import COLUMNS
-    from reproduce.report import schedules_table
+    from mixit_lab.analysis.runs import COLUMNS
+    from mixit_lab.reproduce.report import schedules_table
 
     def row(run, group, schedule, lr, seed, acc):
         return {**{c: None for c in COLUMNS}, "run": run, "group": group, "study": group, "status": "finished",

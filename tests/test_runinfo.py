@@ -1,5 +1,5 @@
-"""run.json has one parser: training.rundir.read_run_info, giving a typed RunInfo (training.runinfo), and
-training.record.read_run_record adds the run's summary and its analysis on demand."""
+"""run.json has one parser: mixit_lab.training.rundir.read_run_info, giving a typed RunInfo (mixit_lab.training.runinfo), and
+mixit_lab.training.record.read_run_record adds the run's summary and its analysis on demand."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from training import TrainConfig, train
-from training.record import RunRecord, read_run_record
-from training.rundir import read_run_info, run_lock
-from training.runinfo import ALLOWED_KEYS, Provenance, RunInfo
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.record import RunRecord, read_run_record
+from mixit_lab.training.rundir import read_run_info, run_lock
+from mixit_lab.training.runinfo import ALLOWED_KEYS, Provenance, RunInfo
 
 PACKAGES = ("models", "training", "analysis", "figures", "reproduce", "cli")
 PARSER = ("training/rundir.py", "read_run_info")  # the one function that opens and parses run.json

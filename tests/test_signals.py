@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+from mixit_lab.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 from conftest import ROOT
-from training.rundir import LOCK_FILE, RUNS_SUMMARY, SUMMARY_FILE
+from mixit_lab.training.rundir import LOCK_FILE, RUNS_SUMMARY, SUMMARY_FILE
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds processes in /proc (Linux)")]
@@ -46,7 +46,7 @@ def _default_signals() -> None:
 
 def _start(argv: list[str], cwd: Path = ROOT) -> subprocess.Popen:
     """The real `mixit ARGV` in a session of its own, so that a Ctrl-C can go to its process group as a terminal's."""
-    return subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    return subprocess.Popen([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_default_signals)
 
@@ -137,14 +137,14 @@ def test_a_signal_stops_a_sweep_and_its_workers_and_the_rerun_finishes_it(tmp_pa
     assert _finished(out) >= done and not (out / RUNS_SUMMARY).exists()  # no summary of an unfinished sweep
     assert len(_finished(out)) < 4, "the sweep finished before the signal: nothing was interrupted"
 
-    again = subprocess.run([sys.executable, "-m", "cli", *SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True,
+    again = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True,
                            text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     assert len(_finished(out)) == 4 and (out / RUNS_SUMMARY).read_text().count("finished") == 4
     assert {run: (run / SUMMARY_FILE).read_bytes() for run in done} == kept  # finished runs were not trained again
     if sig == signal.SIGTERM:  # the interrupted runs resumed to the very weights of a sweep never interrupted
         reference = tmp_path / "reference"
-        whole = subprocess.run([sys.executable, "-m", "cli", *SWEEP, "--out", str(reference)], cwd=ROOT,
+        whole = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *SWEEP, "--out", str(reference)], cwd=ROOT,
                                capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert whole.returncode == EXIT_OK, whole.stderr[-3000:]
         assert _weights(out) == _weights(reference) and len(_weights(out)) == 4
@@ -162,7 +162,7 @@ def test_a_signal_stops_a_reproduction_and_its_workers_and_the_rerun_finishes_it
     _check_stopped(proc, seen, code)
     assert _finished(out) >= done and len(_finished(out)) < 4
 
-    again = subprocess.run([sys.executable, "-m", "cli", *argv], cwd=ROOT, capture_output=True, text=True,
+    again = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=ROOT, capture_output=True, text=True,
                            timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "Traceback" not in again.stderr, again.stderr[-3000:]
     assert len(_finished(out)) == 4 and (out / "s" / RUNS_SUMMARY).read_text().count("finished") == 4
@@ -181,7 +181,7 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused_at_once(tmp_path):
         while not list(out.glob(f"*/{LOCK_FILE}")):  # the first sweep holds the folder and is training
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
             time.sleep(0.2)
-        second = subprocess.run([sys.executable, "-m", "cli", *sweep, "--out", str(out)], cwd=ROOT,
+        second = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *sweep, "--out", str(out)], cwd=ROOT,
                                 capture_output=True, text=True, timeout=120,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert second.returncode == EXIT_USAGE, second.stderr[-3000:]
@@ -210,7 +210,7 @@ def test_a_signal_stops_a_ray_sweep_and_its_tasks_and_the_rerun_finishes_it(tmp_
     _check_stopped(proc, seen, code)  # Ray's own processes (its GCS, raylet, the workers) are gone too
     assert _finished(out) >= done and len(_finished(out)) < 4 and not (out / RUNS_SUMMARY).exists()
 
-    again = subprocess.run([sys.executable, "-m", "cli", *sweep, "--out", str(out)], cwd=ROOT,
+    again = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *sweep, "--out", str(out)], cwd=ROOT,
                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     assert len(_finished(out)) == 4 and {run: (run / SUMMARY_FILE).read_bytes() for run in done} == kept
@@ -234,7 +234,7 @@ def test_a_second_reproduction_into_a_folder_in_use_is_refused_at_once(tmp_path)
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
             time.sleep(0.2)
         manifest = (out / "reproduce.json").read_bytes()
-        second = subprocess.run([sys.executable, "-m", "cli", *argv("second")], cwd=tmp_path, capture_output=True,
+        second = subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv("second")], cwd=tmp_path, capture_output=True,
                                 text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert second.returncode == EXIT_USAGE, second.stderr[-3000:]
         assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr

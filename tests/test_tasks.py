@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from training.tasks import ALGORITHMIC_TASKS, BUILTIN_TASKS, TASKS, Task, TrainStream, get_task, row_hash
+from mixit_lab.training.tasks import ALGORITHMIC_TASKS, BUILTIN_TASKS, TASKS, Task, TrainStream, get_task, row_hash
 
 # Small and default configurations of every task, used by the generic tests.
 CONFIGS = [
@@ -523,7 +523,7 @@ def test_numpy_integers_are_accepted_and_stored_as_int():
 
 
 def test_facts_of_a_task_are_attributes_of_its_class():
-    from training.tasks import parameter_names
+    from mixit_lab.training.tasks import parameter_names
 
     assert TASKS["sentiment"].needs_corpus and TASKS["lm"].needs_corpus and not TASKS["addition"].needs_corpus
     assert TASKS["sentiment"].is_classifier() and not TASKS["lm"].is_classifier()
@@ -545,8 +545,8 @@ def test_memorize_labels_as_the_authors_write_them():
 
 
 def test_memorized_bits_reads_the_label_tokens_of_either_layout():
-    from analysis.memory import memorized_bits
-    from models import ModelConfig, build_model
+    from mixit_lab.analysis.memory import memorized_bits
+    from mixit_lab.models import ModelConfig, build_model
 
     for labels in ("own", "keys"):
         task = get_task("memorize", n=4, d=2, label_tokens=labels)
@@ -584,7 +584,7 @@ def _task_class(**attrs):
 
 
 def test_a_registered_task_is_built_by_name_and_checked(registry):
-    from training.tasks import register_task, task_import_path
+    from mixit_lab.training.tasks import register_task, task_import_path
 
     cls = register_task(_task_class())
     assert registry["copy-test"] is cls and register_task(cls) is cls  # registering again is harmless
@@ -603,17 +603,17 @@ def test_a_registered_task_is_built_by_name_and_checked(registry):
     ({"_sample": Task._sample}, r"a task needs a method `_sample\(self, n, g\)`"),
 ])
 def test_register_task_refuses_an_incomplete_class_in_one_line(registry, attrs, error):
-    from training.tasks import register_task
+    from mixit_lab.training.tasks import register_task
 
     with pytest.raises(ValueError, match=error) as info:
         register_task(_task_class(**attrs))
     assert "\n" not in str(info.value)
-    with pytest.raises(TypeError, match="is not a subclass of training.tasks.Task"):
+    with pytest.raises(TypeError, match="is not a subclass of mixit_lab.training.tasks.Task"):
         register_task(dict)
 
 
 def test_register_task_refuses_a_second_class_under_a_taken_name(registry):
-    from training.tasks import register_task
+    from mixit_lab.training.tasks import register_task
 
     register_task(_task_class())
     other = _task_class()
@@ -623,7 +623,7 @@ def test_register_task_refuses_a_second_class_under_a_taken_name(registry):
 
 
 def test_a_task_that_breaks_the_batch_format_is_refused_when_built(registry):
-    from training.tasks import register_task
+    from mixit_lab.training.tasks import register_task
 
     def bad_shape(self, n, g):
         return torch.zeros(n, 3, dtype=torch.int64), torch.zeros(n, 3, dtype=torch.bool)
@@ -634,10 +634,10 @@ def test_a_task_that_breaks_the_batch_format_is_refused_when_built(registry):
 
 
 def test_import_paths_name_a_module_or_a_file(tmp_path, monkeypatch):
-    from training.tasks import TaskImportError, load_task_class, task_import_path
+    from mixit_lab.training.tasks import TaskImportError, load_task_class, task_import_path
 
     (tmp_path / "mytasks.py").write_text(
-        "from training.tasks import Task\n"
+        "from mixit_lab.training.tasks import Task\n"
         "import torch\n"
         "class Echo(Task):\n"
         "    name, metric, layout = 'echo', 'token', 'x [x]'\n"
@@ -657,7 +657,7 @@ def test_import_paths_name_a_module_or_a_file(tmp_path, monkeypatch):
     assert load_task_class("mytasks.py:Echo") is by_file  # a file is imported once
     for spec, error in [("nosuchmodule:Echo", "cannot import task module 'nosuchmodule' \\(ModuleNotFoundError"),
                         ("mytasks:Nope", "module 'mytasks' has no 'Nope'"),
-                        ("mytasks:torch", "names a module, not a subclass of training.tasks.Task"),
+                        ("mytasks:torch", "names a module, not a subclass of mixit_lab.training.tasks.Task"),
                         ("missing.py:Echo", "cannot import task file 'missing.py': no such file"),
                         ("mytasks:", "is not an import path")]:
         with pytest.raises(TaskImportError, match=error):
@@ -666,7 +666,7 @@ def test_import_paths_name_a_module_or_a_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ALGORITHMIC_TASKS)
 def test_every_algorithmic_task_has_a_tokenizer_over_its_vocabulary(name):
-    from models.tokenizer import decode, encode, is_task_tokenizer, str_tokens
+    from mixit_lab.models.tokenizer import decode, encode, is_task_tokenizer, str_tokens
 
     task = get_task(name)
     tokenizer = task.model_tokenizer()
@@ -681,7 +681,7 @@ def test_every_algorithmic_task_has_a_tokenizer_over_its_vocabulary(name):
 
 
 def test_a_vocabulary_that_cannot_be_typed_is_refused():
-    from models.tokenizer import task_tokenizer
+    from mixit_lab.models.tokenizer import task_tokenizer
 
     with pytest.raises(ValueError, match="vocab holds 'a' twice \\(ids 0 and 2\\)"):
         task_tokenizer(["a", "b", "a"], pad=1)

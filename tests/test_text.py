@@ -23,14 +23,14 @@ from conftest import NEEDS_SHARED_DATA, SHARED_DATA
 import torch
 from transformer_lens.head_detector import detect_head
 
-import training.tasks.text as text
-from training.tasks import bpe, hub
-from training.tasks import corpora as text_corpora
-import training.loss as loss_mod
-from models import VARIANTS, ModelConfig, build_model, load_model
-from training import TrainConfig, get_task, train
-from cli.main import main
-from training.sweep import run_name
+import mixit_lab.training.tasks.text as text
+from mixit_lab.training.tasks import bpe, hub
+from mixit_lab.training.tasks import corpora as text_corpora
+import mixit_lab.training.loss as loss_mod
+from mixit_lab.models import VARIANTS, ModelConfig, build_model, load_model
+from mixit_lab.training import TrainConfig, get_task, train
+from mixit_lab.cli.main import main
+from mixit_lab.training.sweep import run_name
 
 
 DATA = SHARED_DATA
@@ -199,10 +199,10 @@ def test_lm_resume_after_kill_matches_uninterrupted_run(tmp_path, monkeypatch, o
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("training.loss.masked_loss", dies_at_step_13)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", dies_at_step_13)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "killed", progress=False)
-    monkeypatch.setattr("training.loss.masked_loss", real)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", real)
     assert train(cfg, tmp_path / "killed", resume=True, progress=False)["step"] == 20
     a, b = load_model(tmp_path / "full").state_dict(), load_model(tmp_path / "killed").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

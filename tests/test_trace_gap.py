@@ -24,7 +24,7 @@ def test_parse_switch_reads_train_and_model_fields():
 
 def test_a_switch_can_change_a_data_processing_choice_one_at_a_time(generated_corpora):
     """task.<parameter> switches: the split and the tokenizer, each alone, reach the run's task parameters."""
-    from training.config import TrainConfig
+    from mixit_lab.training.config import TrainConfig
 
     s = tg.parse_switch("llama3:task.tokenizer=bpe-llama3,model.attend_padding=true")
     assert s.task == {"tokenizer": "bpe-llama3"} and s.model == {"attend_padding": True} and s.train == {}

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from cli.main import main
-from training import TrainConfig, train
-from training.trackers import check_tracker
+from mixit_lab.cli.main import main
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.trackers import check_tracker
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
             lr=3e-3, eval_every=10, eval_samples=64, log_every=5)
@@ -66,7 +66,7 @@ def test_a_missing_tracker_package_is_one_line(monkeypatch, capsys, tmp_path):
 
 def test_wandb_goes_online_only_when_asked(monkeypatch):
     # Stored credentials used to switch runs online by themselves; now only WANDB_MODE does.
-    from training.trackers import wandb_mode
+    from mixit_lab.training.trackers import wandb_mode
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
@@ -92,7 +92,7 @@ def test_tensorboard_after_a_resume_holds_each_step_once_as_an_uninterrupted_run
     pytest.importorskip("tensorboard")
     import contextlib
 
-    import training.trainer as trainer
+    import mixit_lab.training.trainer as trainer
 
     cfg = TrainConfig(**TINY, steps=30, checkpoint_every=5)
     train(cfg, tmp_path / "whole", progress=False, tracker="tensorboard")

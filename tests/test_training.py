@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.loss as loss_mod
-from training.settings import check_same_settings
-from models import load_model
-from training import TrainConfig, TrainingDiverged, evaluate, train
-from cli.main import main
+import mixit_lab.training.loss as loss_mod
+from mixit_lab.training.settings import check_same_settings
+from mixit_lab.models import load_model
+from mixit_lab.training import TrainConfig, TrainingDiverged, evaluate, train
+from mixit_lab.cli.main import main
 
 TINY = dict(task="addition", task_params={"digits": 2}, d_model=32, n_layers=1, n_heads=4, batch_size=32,
             lr=3e-3, eval_every=10, eval_samples=200, log_every=5)
@@ -46,7 +46,7 @@ def test_the_authors_schedule_is_their_scripts_default_warmup_then_linear_decay_
 
 
 def test_a_run_at_the_authors_schedule_records_it_and_names_it(tmp_path, capsys):
-    from training.sweep import run_name
+    from mixit_lab.training.sweep import run_name
 
     out = tmp_path / "run"
     assert main(["train", "--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--steps", "4",
@@ -116,7 +116,7 @@ def test_bf16_precision_trains_like_fp32_and_is_recorded(tmp_path):
 
 
 def test_precision_is_checked():
-    from training.precision import resolve_precision
+    from mixit_lab.training.precision import resolve_precision
 
     with pytest.raises(ValueError, match="precision='half' is not one of: auto, fp32, bf16"):
         TrainConfig(precision="half")
@@ -150,10 +150,10 @@ def test_resume_after_kill_matches_uninterrupted_run(variant, tmp_path, monkeypa
             raise KeyboardInterrupt  # as if killed between checkpoints
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr("training.loss.masked_loss", dies_at_step_27)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", dies_at_step_27)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "killed", progress=False)
-    monkeypatch.setattr("training.loss.masked_loss", real_loss)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", real_loss)
     state = json.loads((tmp_path / "killed" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 20 and not (tmp_path / "killed" / "summary.json").exists()
 
@@ -183,7 +183,7 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
         loss = real_loss(*args, **kwargs)
         return loss * float("nan") if calls["n"] > 15 else loss
 
-    monkeypatch.setattr("training.loss.masked_loss", nan_from_step_15)
+    monkeypatch.setattr("mixit_lab.training.loss.masked_loss", nan_from_step_15)
     with pytest.raises(TrainingDiverged, match="non-finite loss.*step 15.*step 10"):
         train(TrainConfig(**TINY, steps=40), tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run")  # a run directory loads its checkpoint
@@ -256,7 +256,7 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path, capsys):
 
 @pytest.mark.slow  # a fresh interpreter per case
 def test_mixit_console_script_exit_status(tmp_path):
-    exe = [sys.executable, "-m", "cli"]
+    exe = [sys.executable, "-m", "mixit_lab.cli"]
     bad = subprocess.run(exe + ["train", "--task", "addition", "--variant", "nah", "--out", str(tmp_path / "r")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nah" in bad.stderr
@@ -309,7 +309,7 @@ def test_example_grid_file_expands(capsys):
 
 
 def test_model_option_sets_model_fields_and_refuses_bad_ones(tmp_path, capsys):
-    from cli.main import main
+    from mixit_lab.cli.main import main
 
     base = ["train", "--task", "addition", "--digits", "2", "--variant", "mixit", "--d-model", "32", "--n-heads", "4",
             "--steps", "2", "--batch-size", "8", "--quiet"]
@@ -332,8 +332,8 @@ def test_model_option_sets_model_fields_and_refuses_bad_ones(tmp_path, capsys):
 def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, causal, monkeypatch):
     """The loss's logits and targets are those of the full forward pass, while the model runs on positions up to
     the last that predicts a scored token (causal models) and its last block from the first such position."""
-    from models import ModelConfig, build_model
-    from training.tasks import get_task
+    from mixit_lab.models import ModelConfig, build_model
+    from mixit_lab.training.tasks import get_task
 
     task = get_task(name, **params)
     tokens, mask = task.sample(32, torch.Generator().manual_seed(0))[:2]
@@ -360,8 +360,8 @@ def test_masked_logits_runs_only_the_positions_its_loss_reads(name, params, caus
 
 
 def test_fast_precision_takes_bf16_only_where_it_pays_and_decides_once_per_cache_folder(tmp_path, monkeypatch):
-    import training.precision as precision
-    from training.rundir import DATA_CACHE_DIR
+    import mixit_lab.training.precision as precision
+    from mixit_lab.training.rundir import DATA_CACHE_DIR
 
     cpu, cache = torch.device("cpu"), tmp_path / "cache"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -456,7 +456,7 @@ def test_a_micro_batch_size_that_is_not_a_positive_integer_is_refused(bad):
 def test_epoch_sampling_shows_every_key_once_per_epoch_and_resumes_exactly():
     """sampling="epochs" (the authors' Trainer's way of drawing memorization keys): each epoch is a permutation
     of all keys, its own per epoch; a stream rebuilt from a saved state goes on with the same rows."""
-    from training.tasks import TrainStream, get_task
+    from mixit_lab.training.tasks import TrainStream, get_task
 
     task = get_task("memorize", n=5, d=2)  # 25 keys; batches of 10 straddle the epochs
     stream = TrainStream(task, batch_size=10, seed=7, sampling="epochs")
@@ -498,7 +498,7 @@ def test_sweep_workers_share_the_threads_omp_num_threads_allows(monkeypatch):
     it (which oversubscribed the machine 11-15x)."""
     import os
 
-    from training.pool import threads_per_worker
+    from mixit_lab.training.pool import threads_per_worker
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

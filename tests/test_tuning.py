@@ -1,15 +1,15 @@
-"""Choosing learning rates: the rule (training.tuning), `mixit tune`, and a preset's tuned studies in `mixit reproduce`
-(reproduce.tuning): the grid at the tuning seeds, the other seeds at each setting's choice, the record and its reuse."""
+"""Choosing learning rates: the rule (mixit_lab.training.tuning), `mixit tune`, and a preset's tuned studies in `mixit reproduce`
+(mixit_lab.reproduce.tuning): the grid at the tuning seeds, the other seeds at each setting's choice, the record and its reuse."""
 
 import json
 
 import pandas as pd
 import pytest
 
-from analysis.runs import load_runs, reported
-from cli.main import main
-from training import TrainConfig
-from training.tuning import Tuning, choose, tuning_key
+from mixit_lab.analysis.runs import load_runs, reported
+from mixit_lab.cli.main import main
+from mixit_lab.training import TrainConfig
+from mixit_lab.training.tuning import Tuning, choose, tuning_key
 
 
 def _frame(rows):
@@ -126,7 +126,7 @@ def test_a_tuned_preset_trains_its_grid_at_the_tuning_seed_and_the_other_seeds_a
 
 
 def test_a_preset_checks_its_tune_block_and_schedules_when_it_loads(tmp_path, capsys):
-    from reproduce.preset import Preset
+    from mixit_lab.reproduce.preset import Preset
 
     base = {"studies": {"s": {"tasks": ["addition"], "lrs": [1e-3, 3e-3]}}}
     assert Preset.from_dict({**base, "tune": {"seeds": [0, 1]}}).tuning_seeds() == [0, 1]
@@ -146,8 +146,8 @@ def test_a_preset_checks_its_tune_block_and_schedules_when_it_loads(tmp_path, ca
 
 
 def test_a_tuning_only_study_is_trained_by_tune_alone_and_read_from_the_record():
-    from reproduce.preset import Preset
-    from reproduce.tuning import TuningPlan
+    from mixit_lab.reproduce.preset import Preset
+    from mixit_lab.reproduce.tuning import TuningPlan
 
     grid = [(f"{study}/r{lr}-{seed}", TrainConfig(task="addition", lr=lr, seed=seed, variant=v))
             for study, v in (("main", "standard"), ("schedule-x", "mixit")) for lr in (1e-3, 3e-3) for seed in (0, 1)]
@@ -165,7 +165,7 @@ def test_a_tuning_only_study_is_trained_by_tune_alone_and_read_from_the_record()
 def test_a_record_made_on_one_copy_of_a_corpus_serves_a_run_that_reads_another(tmp_path):
     """A text study's learning rate chosen on ../shared/data's WikiText-2 is found for a reproduction that reads the
     same text from the Hub (the key without where the corpus comes from), and said so."""
-    from reproduce.tuning import plan_tuning
+    from mixit_lab.reproduce.tuning import plan_tuning
 
     def cfg(lr, seed, **params):
         return TrainConfig(task="lm", task_params={"seq_len": 64, **params}, lr=lr, seed=seed)
@@ -184,10 +184,10 @@ def test_a_record_made_on_one_copy_of_a_corpus_serves_a_run_that_reads_another(t
 def test_each_shipped_record_covers_its_presets_grid(name, tmp_path):
     """`mixit reproduce --preset NAME` reads reproduce/tuning/NAME.json: it must choose a rate its grid tries for every
     tuned setting, text studies included (their corpora by file name, as a record matches runs on another machine)."""
-    from reproduce.corpora import TEXT_SOURCES, TextChoice
-    from reproduce.pipeline import preset_runs
-    from reproduce.preset import load_preset
-    from reproduce.tuning import plan_tuning, recorded_tuning_file
+    from mixit_lab.reproduce.corpora import TEXT_SOURCES, TextChoice
+    from mixit_lab.reproduce.pipeline import preset_runs
+    from mixit_lab.reproduce.preset import load_preset
+    from mixit_lab.reproduce.tuning import plan_tuning, recorded_tuning_file
 
     from corpora import labelled_sentences, wikitext_like
 

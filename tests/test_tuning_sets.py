@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from cli.main import main
+from mixit_lab.cli.main import main
 from conftest import NEEDS_SHARED_DATA, SHARED_DATA
-from training import TrainConfig, train
-from training.tasks import TrainStream, get_task
-from training.tasks.base import row_hash
-from training.tasks.corpora import TextDataError
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.tasks import TrainStream, get_task
+from mixit_lab.training.tasks.base import row_hash
+from mixit_lab.training.tasks.corpora import TextDataError
 
 
 def _hashes(tokens: torch.Tensor) -> torch.Tensor:

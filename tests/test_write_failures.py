@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.common import EXIT_FAILED, EXIT_USAGE
-from cli.main import main
+from mixit_lab.cli.common import EXIT_FAILED, EXIT_USAGE
+from mixit_lab.cli.main import main
 from conftest import ROOT
 
 TRAIN_ARGS = ["--task", "addition", "--digits", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
@@ -35,12 +35,12 @@ READ_ONLY = os.strerror(errno.EROFS)  # "Read-only file system"
 
 def mixit(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """The real command, in a fresh interpreter, as a shell runs it."""
-    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "mixit_lab.cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
 
 
 def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    """cli.main.main in this process (for the monkeypatched faults)."""
+    """mixit_lab.cli.main.main in this process (for the monkeypatched faults)."""
     capsys.readouterr()
     code = main(argv)
     out, err = capsys.readouterr()
@@ -92,7 +92,7 @@ def read_only(disk: Path) -> None:
 @pytest.fixture(scope="module")
 def runs_dir(tmp_path_factory) -> Path:
     """A folder with one tiny finished run (`run`), from which `task_accuracy` can be drawn."""
-    from training import TrainConfig, train
+    from mixit_lab.training import TrainConfig, train
 
     root = tmp_path_factory.mktemp("runs")
     train(TrainConfig(task="addition", task_params={"digits": 2}, d_model=16, n_layers=1, n_heads=2, batch_size=16,
@@ -117,8 +117,8 @@ def test_a_full_disk_under_the_token_cache_names_the_entry_and_the_cause(small_d
     # Was: numpy's "800000 requested and 204800 written", naming no file and no cause.
     import numpy as np
 
-    from cli.common import os_error_line
-    from training.tasks.cache import cached_array
+    from mixit_lab.cli.common import os_error_line
+    from mixit_lab.training.tasks.cache import cached_array
 
     with pytest.raises(OSError) as full:
         cached_array(small_disk / "cache", "k", lambda: np.zeros(100_000, dtype=np.int64))
@@ -134,7 +134,7 @@ def test_a_full_disk_at_the_second_checkpoint_keeps_the_first(tmp_path, capsys, 
     import safetensors.torch
     from safetensors import SafetensorError
 
-    from models import load_model
+    from mixit_lab.models import load_model
 
     real, calls = safetensors.torch.save_file, []
 
@@ -172,12 +172,11 @@ def test_analysis_onto_a_read_only_disk_is_refused_before_it_starts(small_disk, 
 
 
 def test_an_analysis_that_cannot_be_written_is_one_line(runs_dir, tmp_path, capsys, monkeypatch):
-    import models.files
-
+    import mixit_lab.models.files
     def full(path, data):
         raise OSError(errno.ENOSPC, NO_SPACE, str(path))
 
-    monkeypatch.setattr(models.files, "write_json", full)  # analysis.analyze imports it where it writes
+    monkeypatch.setattr(mixit_lab.models.files, "write_json", full)  # mixit_lab.analysis.analyze imports it where it writes
     code, _, err = run_main(["analyze", str(runs_dir / "run"), "--out", str(tmp_path / "an"), "--n-seqs", "4",
                              "--seq-len", "8", "--eval-samples", "16"], capsys)
     assert code == EXIT_USAGE
@@ -203,12 +202,11 @@ def test_figures_onto_a_read_only_disk_are_refused_before_drawing(small_disk, ru
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 def test_figures_that_cannot_be_written_are_one_line_without_tracebacks(runs_dir, tmp_path, capsys, monkeypatch,
                                                                        code):
-    import figures.style
-
+    import mixit_lab.figures.style
     def refuse(fig, out_dir, name, dpi=0):
         raise OSError(code, os.strerror(code), str(Path(out_dir) / f"{name}.png"))
 
-    monkeypatch.setattr(figures.style, "save", refuse)
+    monkeypatch.setattr(mixit_lab.figures.style, "save", refuse)
     exit_code, out, err = run_main(["figures", str(runs_dir), "--out", str(tmp_path / "figs")], capsys)
     assert exit_code == EXIT_USAGE
     one_line(err, str(tmp_path / "figs" / "task_accuracy.png"), os.strerror(code))
@@ -270,16 +268,15 @@ def test_reproduce_into_proc_is_one_line_exit_2(tmp_path):
 
 def test_a_report_that_cannot_be_written_is_one_line_and_keeps_the_runs(small_disk, tmp_path, capsys, monkeypatch):
     # The output folders pass the check (the disk has room for the probe); the report then meets a full disk.
-    import reproduce.pipeline
-
+    import mixit_lab.reproduce.pipeline
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
-    real = reproduce.pipeline.report_stage
+    real = mixit_lab.reproduce.pipeline.report_stage
 
     def fill_then_report(*args, **kwargs):
         fill(small_disk)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reproduce.pipeline, "report_stage", fill_then_report)
+    monkeypatch.setattr(mixit_lab.reproduce.pipeline, "report_stage", fill_then_report)
     monkeypatch.chdir(tmp_path)
     code, _, err = run_main(["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs",
                              "--report-dir", str(small_disk / "report"), "--figures-dir", "figs"], capsys)
@@ -295,14 +292,13 @@ def test_a_report_that_cannot_be_written_is_one_line_and_keeps_the_runs(small_di
 @pytest.mark.parametrize("code", [errno.EACCES, errno.ENOSPC])
 def test_a_report_write_failure_is_recorded_in_reproduce_json_not_left_running(tmp_path, capsys, monkeypatch, code):
     # Was: the one line, but reproduce.json kept saying "running" of a reproduction that was over.
-    import reproduce.report
-
+    import mixit_lab.reproduce.report
     report = tmp_path / "report" / "report.md"
 
     def unwritable(*args, **kwargs):
         raise OSError(code, os.strerror(code), str(report))
 
-    monkeypatch.setattr(reproduce.report, "write_report", unwritable)
+    monkeypatch.setattr(mixit_lab.reproduce.report, "write_report", unwritable)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
     argv = ["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs", "--report-dir",
@@ -325,17 +321,16 @@ def test_a_report_write_failure_is_recorded_in_reproduce_json_not_left_running(t
 def test_reproduce_with_a_failed_analysis_or_figure_write_finishes_and_exits_1_naming_them(tmp_path, capsys,
                                                                                           monkeypatch):
     # Was: exit 0 although the analysis failed. A figure it cannot write is a failed figure: the report is made.
-    import analysis.analyze
-    import figures.style
-
+    import mixit_lab.analysis.analyze
+    import mixit_lab.figures.style
     def broken(*args, **kwargs):
         raise OSError(errno.ENOSPC, NO_SPACE, "analysis.json")
 
     def full(fig, out_dir, name, dpi=0):
         raise OSError(errno.ENOSPC, NO_SPACE, str(Path(out_dir) / f"{name}.png"))
 
-    monkeypatch.setattr(analysis.analyze, "analyze_checkpoint", broken)
-    monkeypatch.setattr(figures.style, "save", full)
+    monkeypatch.setattr(mixit_lab.analysis.analyze, "analyze_checkpoint", broken)
+    monkeypatch.setattr(mixit_lab.figures.style, "save", full)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY_PRESET)
     code, out, err = run_main(["reproduce", "--preset", "tiny.yaml", "--workers", "1", "--quiet", "--out", "runs",
@@ -351,7 +346,7 @@ def test_reproduce_with_a_failed_analysis_or_figure_write_finishes_and_exits_1_n
 
 def test_two_thousand_failed_analyses_are_still_one_short_line(capsys):
     # Was: one line naming every run, 200,000 characters for 2,000 runs.
-    from cli.reproduce import _exit_status
+    from mixit_lab.cli.reproduce import _exit_status
 
     runs = [f"algorithmic/addition__standard__s{i}" for i in range(2000)]
     assert _exit_status({"failed_analyses": runs}) == EXIT_FAILED

@@ -1,14 +1,14 @@
 """Training core: the task registry (algorithmic and text tasks, and your own), the training loop, the run
 directory, loading a run back, sweeps and data-parallel runs. The `mixit` command line is the `cli` package.
 
-    from training import get_task, TASKS, TrainConfig, train, load_run
+    from mixit_lab.training import get_task, TASKS, TrainConfig, train, load_run
     task = get_task("addition", digits=10)
     tokens, mask = task.sample(1000, generator=torch.Generator().manual_seed(0))
     summary = train(TrainConfig(task="addition", task_params={"digits": 3}, steps=200), "runs/add3")
     run = load_run(summary["run_dir"])   # run.model, run.task, run.train_config, run.summary, run.metrics
 
-Each name is imported from its module on first use, so that what only reads run folders (training.record,
-training.config: the figures, `mixit figures`) starts without torch.
+Each name is imported from its module on first use, so that what only reads run folders (mixit_lab.training.record,
+mixit_lab.training.config: the figures, `mixit figures`) starts without torch.
 """
 
 from __future__ import annotations

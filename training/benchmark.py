@@ -1,11 +1,11 @@
 """Training throughput of each variant: time of a full step (forward, backward, AdamW) on random tokens.
 
-    from training.benchmark import measure_throughput
+    from mixit_lab.training.benchmark import measure_throughput
     df = measure_throughput(["standard", "mixit"], d_model=256, n_layers=4, n_heads=4, seq_len=128,
                             batch_size=32, vocab=512, steps=10, repeats=3, warmup=3, device="auto")
 
 The one implementation behind `benchmarks/bench_models.py` and the speed table of a reproduction
-(RUNS_DIR/speed/speed.csv, drawn by figures.speed). Every variant gets the same config (seed 0) and
+(RUNS_DIR/speed/speed.csv, drawn by mixit_lab.figures.speed). Every variant gets the same config (seed 0) and
 the same batch; a step runs under the autocast that training uses for `precision` ("auto": bf16 on CUDA). The time per step is
 the median over `repeats` timed blocks of `steps` steps each, after `warmup` untimed steps; the variants
 take turns block by block, and each block is compared with standard's block of the same turn.
@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 import pandas as pd
 import torch
 
-from models import VARIANTS, ModelConfig, build_model
+from mixit_lab.models import VARIANTS, ModelConfig, build_model
 
 from .machine import pick_device
 from .precision import autocast_for

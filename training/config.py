@@ -1,5 +1,5 @@
 """A training run's settings: `TrainConfig`, everything that defines a run (run.json's train section), and the values
-its fields allow. Apart from the training loop (training.trainer) so that reading a run's record (tables, figures,
+its fields allow. Apart from the training loop (mixit_lab.training.trainer) so that reading a run's record (tables, figures,
 the report) does not import torch: a task is built only when asked for (`build_task`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from models.config import ModelConfig
+from mixit_lab.models.config import ModelConfig
 
 from .optim import SCHEDULES, authors_lr, resolved_warmup, scheduled_lr
 from .sampling import check_sampling
@@ -18,7 +18,7 @@ from .sampling import check_sampling
 if TYPE_CHECKING:
     from .tasks import Task
 
-PRECISIONS = ("auto", "fp32", "bf16", "fast")  # TrainConfig.precision; what each means: training.precision
+PRECISIONS = ("auto", "fp32", "bf16", "fast")  # TrainConfig.precision; what each means: mixit_lab.training.precision
 
 
 @dataclass
@@ -39,14 +39,14 @@ class TrainConfig:
     warmup_steps: int | None = None  # default: the schedule's (ours: 5% of steps; the authors': max(4%, 500))
     min_lr_ratio: float = 0.1  # our schedule's cosine decays to lr * min_lr_ratio
     schedule: str = "ours"  # "ours": warmup, cosine to lr * min_lr_ratio; "authors": their scripts' default,
-    # warmup max(4% of steps, 500) then linear decay to 0 (training.optim)
+    # warmup max(4% of steps, 500) then linear decay to 0 (mixit_lab.training.optim)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     eval_every: int = 200
     eval_samples: int | None = None  # default: the task's held-out set size
     tune_samples: int = 0  # rows of the task's tuning set (a validation set, disjoint from the eval rows and held out of
-    # training) scored at each evaluation as tune_loss / tune_acc: what a learning rate is chosen on (training.tuning)
+    # training) scored at each evaluation as tune_loss / tune_acc: what a learning rate is chosen on (mixit_lab.training.tuning)
     eval_batch_size: int = 1024
     sampling: str = "uniform"  # "epochs": each row of a finite training set (memorize) once per epoch, as the authors'
     # Trainer draws keys; "uniform": rows drawn independently (with replacement), our default
@@ -98,10 +98,10 @@ class TrainConfig:
             raise ValueError(f"device={self.device!r} is not one of: auto, cpu, cuda, cuda:N, mps")
 
     def build_task(self, cache_dir: str | Path | None = None) -> Task:
-        """The run's task; a text task caches its tokens in `cache_dir` (training.rundir.DATA_CACHE_DIR of the runs folder).
+        """The run's task; a text task caches its tokens in `cache_dir` (mixit_lab.training.rundir.DATA_CACHE_DIR of the runs folder).
 
         `task` is a name known to this process (built in, or added by `register_task`) or an import path
-        (`package.module:Class`). To rebuild the task of a saved run use `training.run_task(run_dir)`,
+        (`package.module:Class`). To rebuild the task of a saved run use `mixit_lab.training.run_task(run_dir)`,
         which also imports a task registered only in the process that trained it."""
         from .tasks import get_task
 
@@ -167,7 +167,7 @@ class TrainConfig:
         return sorted({0, *(min(self.steps, round(ratio**i)) for i in range(n))})
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based) under the run's schedule (training.optim): ours, linear
+        """Learning rate for optimizer step `step` (0-based) under the run's schedule (mixit_lab.training.optim): ours, linear
         warmup then cosine decay; the authors', warmup then linear decay to 0."""
         if self.schedule == "authors":
             return authors_lr(step, self.lr, self.steps, self.warmup)

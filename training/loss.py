@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.transformer import Transformer
+from mixit_lab.models.transformer import Transformer
 
 from .precision import autocast_for
 from .tasks import Task

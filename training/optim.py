@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # imported by build_optimizer: the schedules are plain arithmetic (training.config uses them)
+if TYPE_CHECKING:  # imported by build_optimizer: the schedules are plain arithmetic (mixit_lab.training.config uses them)
     import torch
 
 

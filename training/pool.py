@@ -1,5 +1,5 @@
 """The process pools of the project. `pool_map`: spawned workers, each leading its own process group, that end
-quietly with their parent; sweeps, reproduction and its analysis stage run on it (training.sweep). `forked_map`:
+quietly with their parent; sweeps, reproduction and its analysis stage run on it (mixit_lab.training.sweep). `forked_map`:
 forked processes that share this one's memory, for short work that only reads what is already loaded (a runs
 folder's table, the figures drawn from it)."""
 

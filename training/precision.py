@@ -2,7 +2,7 @@
 
 "fast" asks the CPU: bf16 only where this machine's bf16 matmuls beat its fp32 ones by BF16_MIN_SPEEDUP.
 That measurement is kept in a cache folder the caller passes (the trainer passes its runs folder's
-training.rundir.DATA_CACHE_DIR), so that every run beside it decides alike; without one it is measured once
+mixit_lab.training.rundir.DATA_CACHE_DIR), so that every run beside it decides alike; without one it is measured once
 per process.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from models.files import read_json, write_json
+from mixit_lab.models.files import read_json, write_json
 
 from .config import PRECISIONS
 

@@ -1,8 +1,8 @@
 """A run directory's record, without its model: run.json (typed), summary.json (status, metrics, message) and,
-when asked for, analysis/analysis.json. What tables, figures and the report read; training.run loads the model
+when asked for, analysis/analysis.json. What tables, figures and the report read; mixit_lab.training.run loads the model
 and rebuilds the task. It imports neither torch nor a task.
 
-    from training.record import read_run_record
+    from mixit_lab.training.record import read_run_record
     record = read_run_record("checkpoints/khop1-standard")
     record.train.steps, record.task.params, record.status, record.metrics["eval_acc"], record.message
     record.analysis()                        # analysis/analysis.json, read when asked for (None if absent)
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
-from models.files import read_json
+from mixit_lab.models.config import ModelConfig
+from mixit_lab.models.files import read_json
 
 from .config import TrainConfig
 from .rundir import ANALYSIS_DIR, ANALYSIS_FILE, SUMMARY_FILE, read_run_info, unfinished_status

@@ -1,8 +1,8 @@
 """A run directory loaded: `load_run` gives the trained model, its rebuilt task, configs and metrics; `run_task` is the
 one place a run's task is rebuilt from its run.json (analysis, figures, the report and the explorer all go through
-it). What a run is without its model (configs, status, metrics) is training.record's `read_run_record`.
+it). What a run is without its model (configs, status, metrics) is mixit_lab.training.record's `read_run_record`.
 
-    from training import load_run
+    from mixit_lab.training import load_run
     run = load_run("checkpoints/khop1-standard")
     run.model, run.task, run.train_config, run.summary["eval_acc"]
     tokens, mask = run.task.eval_set(8)
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from models.config import ModelConfig
+from mixit_lab.models.config import ModelConfig
 
 from .config import TrainConfig
 from .record import read_run_record
@@ -29,7 +29,7 @@ from .tasks import (
 )
 
 if TYPE_CHECKING:
-    from models.transformer import Transformer
+    from mixit_lab.models.transformer import Transformer
 
 __all__ = ["Run", "load_run", "run_task", "run_task_class"]
 
@@ -53,7 +53,7 @@ class Run:
 
 
 def load_run(path: str | Path, device: str | None = "cpu", task: bool = True) -> Run:
-    """Load a run directory (from `mixit train` or `training.train`): its model, task, configs and metrics.
+    """Load a run directory (from `mixit train` or `mixit_lab.training.train`): its model, task, configs and metrics.
 
     Args:
         path: the run directory (or its checkpoint/ folder).
@@ -67,11 +67,11 @@ def load_run(path: str | Path, device: str | None = "cpu", task: bool = True) ->
         FileNotFoundError: no run directory, or no checkpoint yet.
         ValueError: an unreadable run.json, a task that cannot be rebuilt (naming the run and the module).
     """
-    from models import load_model
+    from mixit_lab.models import load_model
 
     ref = find_checkpoint(path)
     if ref.run_dir is None:
-        raise ValueError(f"{path} is a bare checkpoint (no run.json): load it with models.load_model")
+        raise ValueError(f"{path} is a bare checkpoint (no run.json): load it with mixit_lab.models.load_model")
     record = read_run_record(ref.run_dir)
     model = load_model(ref.checkpoint, device=device)
     rebuilt = run_task(ref.run_dir, record.info) if task else None
@@ -84,13 +84,13 @@ def load_run(path: str | Path, device: str | None = "cpu", task: bool = True) ->
 
 
 def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = True) -> Task:
-    """The task a run trained on, rebuilt from its run.json as `training.train` built it (a text task reuses
+    """The task a run trained on, rebuilt from its run.json as `mixit_lab.training.train` built it (a text task reuses
     the token cache beside the run), and checked against the run's record: TaskChanged (one line) when its data
     or its held-out rows differ from those the run trained and was evaluated on (RunInfo.check_data). With
     check=False the task is returned unchecked (for facts that do not depend on its rows, such as its sizes).
 
     A task that is neither built in nor registered in this process is imported from the import path the
-    run recorded (run.json's task.import_path), only with the user's consent (training.tasks.trust_task_code;
+    run recorded (run.json's task.import_path), only with the user's consent (mixit_lab.training.tasks.trust_task_code;
     TaskNotTrusted without). ValueError (one line, naming the run) if it cannot be.
     `info`: the run's RunInfo when the caller has read it already.
     """
@@ -102,7 +102,7 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = Tru
     spec = _task_spec(info)
     if _needs_consent(spec):
         raise TaskNotTrusted(f"{run_dir}: task {name!r} is code ({spec}), and opening a run imports none without "
-                             "consent; if you trust it: --trust-tasks, or training.tasks.trust_task_code()")
+                             "consent; if you trust it: --trust-tasks, or mixit_lab.training.tasks.trust_task_code()")
     try:
         task = get_task(spec, cache_dir=run_dir.parent / DATA_CACHE_DIR, **params)
         if check:
@@ -113,7 +113,7 @@ def run_task(run_dir: str | Path, info: RunInfo | None = None, check: bool = Tru
     except ValueError:
         if spec not in TASKS and not is_import_path(spec):
             raise ValueError(f"{run_dir}: task {name!r} is not known here and run.json records no import path; "
-                             "register it (training.tasks.register_task) before loading the run") from None
+                             "register it (mixit_lab.training.tasks.register_task) before loading the run") from None
         raise
     except Exception as e:  # the task's own code failed while building or drawing its rows: one line, not its traceback
         raise ValueError(f"{run_dir}: task {name!r} raised {type(e).__name__} when rebuilt: {e}") from None

@@ -2,13 +2,13 @@
 
 Every other module asks this one where a file lives; none spells a file name itself.
 
-A run directory (written by `training.train`, read by analysis, figures, the report and the explorer):
+A run directory (written by `mixit_lab.training.train`, read by analysis, figures, the report and the explorer):
 
     run.json          what was run: train config, model config, task (name, class import path, every
-                      parameter; training.run_task rebuilds it from here), command, provenance
+                      parameter; mixit_lab.training.run_task rebuilds it from here), command, provenance
     metrics.jsonl     one JSON object per logged step (appended while training)
     tokenizer.json    text tasks only: the tokenizer (also inside checkpoint/)
-    checkpoint/       the latest checkpoint (models.checkpoint format, with the task's tokenizer.json: a text
+    checkpoint/       the latest checkpoint (mixit_lab.models.checkpoint format, with the task's tokenizer.json: a text
                       tokenizer or the task's vocabulary) + trainer state for resume
     summary.json      written last; its presence marks the run finished (or diverged / failed)
     analysis/         `mixit analyze` results: analysis.json + one CSV per table
@@ -29,7 +29,7 @@ the runs folder, report and figures it made, and the preset (what `mixit app` op
 A study's *group* is its name up to the first "-": studies `algorithmic` and `algorithmic-mixit`
 (the same tasks at another head count, say) feed the same tables and figures.
 
-Every write is atomic (models.files), except metrics.jsonl, which is appended line by line; its
+Every write is atomic (mixit_lab.models.files), except metrics.jsonl, which is appended line by line; its
 readers skip a line cut off by a kill.
 """
 
@@ -44,9 +44,9 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, WEIGHTS_FILE
-from models.files import atomic_file, read_json, write_text
-from models.tokenizer import TOKENIZER_FILE
+from mixit_lab.models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, WEIGHTS_FILE
+from mixit_lab.models.files import atomic_file, read_json, write_text
+from mixit_lab.models.tokenizer import TOKENIZER_FILE
 
 from .runinfo import RunInfo
 
@@ -54,7 +54,7 @@ from .runinfo import RunInfo
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-CHECKPOINT_DIR = RUN_CHECKPOINT_DIR  # "checkpoint" (models.load_model accepts a run directory too)
+CHECKPOINT_DIR = RUN_CHECKPOINT_DIR  # "checkpoint" (mixit_lab.models.load_model accepts a run directory too)
 STATE_TENSORS, STATE_JSON = "trainer_state.safetensors", "trainer_state.json"  # inside checkpoint/
 ANALYSIS_DIR = "analysis"
 ANALYSIS_FILE = "analysis.json"  # inside analysis/
@@ -65,13 +65,13 @@ DATA_CACHE_DIR = ".token_cache"
 SWEEP_FILE = "sweep.json"
 RUNS_SUMMARY = "summary.csv"
 MANIFEST = "reproduce.json"
-TUNING_FILE = "tuning.json"  # in a runs folder: the learning rates tried and chosen (training.tuning.Tuning)
+TUNING_FILE = "tuning.json"  # in a runs folder: the learning rates tried and chosen (mixit_lab.training.tuning.Tuning)
 SIGNAL_FILE = "signal/signal.csv"
 SPEED_FILE = "speed/speed.csv"
 REPORT_FILE = "report.md"  # in a report directory (mixit reproduce --report-dir), beside one CSV per table
 LAST_STUDY_FILE = ".mixit_cache/last_study.json"  # in the working directory: where the last `mixit reproduce` wrote
 KEPT_DIR = "checkpoints"  # --keep-checkpoints: the model at earlier steps, checkpoints/step_000100/ (no trainer state)
-DYNAMICS_FILE = "analysis_dynamics.csv"  # head scores of every kept checkpoint (analysis.dynamics)
+DYNAMICS_FILE = "analysis_dynamics.csv"  # head scores of every kept checkpoint (mixit_lab.analysis.dynamics)
 SKIP_DIRS = {CHECKPOINT_DIR, KEPT_DIR, ANALYSIS_DIR, DATA_CACHE_DIR, "__pycache__"}  # never hold runs
 LOCK_FILE = ".lock"  # in a run directory: held (flock) by the process writing it
 
@@ -252,7 +252,7 @@ _READ_MOST = 8192
 
 
 def read_run_info(run_dir: str | Path) -> RunInfo:
-    """The run's run.json as a typed record (training.runinfo.RunInfo): the one place the file is opened and parsed.
+    """The run's run.json as a typed record (mixit_lab.training.runinfo.RunInfo): the one place the file is opened and parsed.
 
     One ValueError naming the file for anything wrong with it: missing, unreadable, not JSON, not an object,
     an unknown key, a bad value. Bytes read before give the same record again, unparsed (a command that reads
@@ -383,5 +383,5 @@ def find_checkpoint(path: str | Path) -> CheckpointRef:
 
 
 # --------------------------------------------------------------------------- more file names (spelled here only)
-TENSORBOARD_DIR = "tensorboard"  # in a run directory: training.trackers' TensorBoard event files
+TENSORBOARD_DIR = "tensorboard"  # in a run directory: mixit_lab.training.trackers' TensorBoard event files
 ANALYSIS_TABLE = "{}.csv"  # in analysis/: one table of `mixit analyze`, ANALYSIS_TABLE.format("heads") = "heads.csv"

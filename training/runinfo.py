@@ -1,6 +1,6 @@
-"""What a run directory's run.json says, as a typed record: `RunInfo` (read with `training.rundir.read_run_info`).
+"""What a run directory's run.json says, as a typed record: `RunInfo` (read with `mixit_lab.training.rundir.read_run_info`).
 
-    from training.rundir import read_run_info
+    from mixit_lab.training.rundir import read_run_info
     info = read_run_info("runs/quick/algorithmic/addition__standard__d64_l2_h4__lr0.001__s0")
     info.task.name, info.task.params, info.task.import_path, info.task.data_fingerprint
     info.model.n_ctx, info.provenance.git_commit, info.train["steps"]
@@ -8,12 +8,12 @@
 
 run.json holds the train config (TrainConfig fields), the model config, the task (its name, the import path of
 its class, every parameter resolved, and for text tasks the fingerprint of its data) and the provenance of the
-command that trained it (training.provenance.provenance). `RunInfo.from_dict` is the one parser of that content;
-`training.rundir.read_run_info` the one function that opens the file. Unknown keys are refused, so a field
+command that trained it (mixit_lab.training.provenance.provenance). `RunInfo.from_dict` is the one parser of that content;
+`mixit_lab.training.rundir.read_run_info` the one function that opens the file. Unknown keys are refused, so a field
 renamed in one place and not the other is found at once.
 
-The train section stays the mapping run.json holds: TrainConfig lives in training.trainer, which imports
-training.rundir, so typing it here would close an import cycle. `training.record.read_run_record` gives it typed
+The train section stays the mapping run.json holds: TrainConfig lives in mixit_lab.training.trainer, which imports
+mixit_lab.training.rundir, so typing it here would close an import cycle. `mixit_lab.training.record.read_run_record` gives it typed
 (`RunRecord.train`, a TrainConfig), with the run's summary beside it.
 
 A RunInfo is also a read-only Mapping of run.json's sections as the file holds them (`info["train"]`,
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator
 
-from models.config import ModelConfig
+from mixit_lab.models.config import ModelConfig
 
 __all__ = ["Provenance", "RunInfo", "TaskChanged", "TaskInfo"]
 
@@ -58,7 +58,7 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where and how a run was trained (training.provenance.provenance); None where run.json does not say."""
+    """Where and how a run was trained (mixit_lab.training.provenance.provenance); None where run.json does not say."""
 
     command: str | None = None
     git_commit: str | None = None

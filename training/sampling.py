@@ -1,11 +1,11 @@
 """How a run draws its training rows (`TrainConfig.sampling`): the allowed values and their check. Apart from the
-tasks, which use it (training.tasks.base's TrainStream), so that a TrainConfig is checked without importing them."""
+tasks, which use it (mixit_lab.training.tasks.base's TrainStream), so that a TrainConfig is checked without importing them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-SAMPLINGS = ("uniform", "epochs")  # TrainConfig.sampling: how a TrainStream (training.tasks.base) draws rows
+SAMPLINGS = ("uniform", "epochs")  # TrainConfig.sampling: how a TrainStream (mixit_lab.training.tasks.base) draws rows
 
 
 def check_sampling(sampling: str, task: Any = None) -> None:

@@ -1,7 +1,7 @@
 """Whether a run directory holds the run a TrainConfig asks for: the settings that must agree for a resume (or for a
 finished run to be reused) and the one-line refusal that lists every difference.
 
-    from training.settings import check_same_settings
+    from mixit_lab.training.settings import check_same_settings
     check_same_settings("runs/add3", cfg)   # SettingsChanged naming run.json and each difference; RunDamaged if unreadable
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models import ModelConfig
-from models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, read_config
+from mixit_lab.models import ModelConfig
+from mixit_lab.models.checkpoint import CONFIG_FILE, RUN_CHECKPOINT_DIR, read_config
 
 from .config import TrainConfig
 from .rundir import RUN_FILE, RunDamaged, is_run_dir, read_run_info

@@ -1,7 +1,7 @@
 """The trainer state a checkpoint carries beside the model, for an exact resume: the optimizer's state, the
 training data stream's position, the step, and the loop's counters (trainer_state.safetensors / .json).
 trainer_state.json records the SHA-256 of trainer_state.safetensors, checked on load: a damaged state is refused
-(models.CheckpointError naming the file), never resumed from."""
+(mixit_lab.models.CheckpointError naming the file), never resumed from."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
-from models.checkpoint import CheckpointError
-from models.files import read_json, write_json, write_safetensors
+from mixit_lab.models.checkpoint import CheckpointError
+from mixit_lab.models.files import read_json, write_json, write_safetensors
 
 from .rundir import STATE_JSON, STATE_TENSORS
 from .tasks import TrainStream

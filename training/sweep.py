@@ -34,9 +34,9 @@ import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
-from models import VARIANTS, ModelConfig
-from models.config import check_grid_models, grid_extra, grid_name
-from models.files import as_list, load_yaml, write_text
+from mixit_lab.models import VARIANTS, ModelConfig
+from mixit_lab.models.config import check_grid_models, grid_extra, grid_name
+from mixit_lab.models.files import as_list, load_yaml, write_text
 
 from .config import TrainConfig
 from .pool import _set_threads, pool_map
@@ -100,7 +100,7 @@ def task_name(spec: str) -> str:
                      "(package.module:Class or path/to/file.py:Class)")
 
 
-def _tasks_from_file(entries: Any, as_names: bool = True) -> list[tuple[str, dict]]:
+def tasks_from_file(entries: Any, as_names: bool = True) -> list[tuple[str, dict]]:
     """A grid file's task entries as (task, parameters); as_names: import paths registered and given as names (a
     sweep's, see task_name), else kept as written (a preset's: its run folders are named by them)."""
     named = task_name if as_names else str
@@ -220,7 +220,7 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
     if overrides.get("tasks"):
         tasks = [(task_name(t), {}) for t in overrides["tasks"]]
     elif "tasks" in grid:
-        tasks = _tasks_from_file(grid["tasks"])
+        tasks = tasks_from_file(grid["tasks"])
     else:
         raise ValueError("no tasks: pass --tasks or put 'tasks' in the grid file")
 
@@ -259,7 +259,7 @@ class TrainJob:
     config: dict[str, Any]  # TrainConfig.to_dict()
     run_dir: str
     command: str  # recorded in run.json as the command that trained it ("sweep", "reproduce")
-    tracker: str | None = None  # training.trackers: also send the metrics to TensorBoard or W&B
+    tracker: str | None = None  # mixit_lab.training.trackers: also send the metrics to TensorBoard or W&B
     task_import: str | None = None  # a task registered in the parent process (not built in): where the worker
     # imports it from (its import path), so that the run is named and recorded as in the parent
 
@@ -373,7 +373,7 @@ def _keep_signal_handlers() -> Iterator[None]:
     """Put this process's SIGTERM and SIGINT handlers back after the block. ray.init replaces them (its Python
     handler exits with status 15, its core worker's C++ one dumps a stack and aborts), so a SIGTERM to `mixit sweep
     --executor ray` would skip the cleanup that ends the Ray tasks; with the command's handlers kept it stops them
-    and exits 143 with the resume hint, as the local pool does (cli.common.stop_on_sigterm)."""
+    and exits 143 with the resume hint, as the local pool does (mixit_lab.cli.common.stop_on_sigterm)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,18 +1,18 @@
-"""A training run: `train`, the loop that runs a run's settings (`TrainConfig`, training.config).
+"""A training run: `train`, the loop that runs a run's settings (`TrainConfig`, mixit_lab.training.config).
 
 The loop: AdamW, warmup + cosine, clipping, periodic eval and checkpoints, exact resume. It writes a run
-directory (layout in training.rundir): run.json first; then metrics.jsonl, one record per logged step
+directory (layout in mixit_lab.training.rundir): run.json first; then metrics.jsonl, one record per logged step
 (loss, eval_loss, eval_acc, lr, tokens_per_s, elapsed_s; text LM runs add eval_log_perplexity and
-eval_perplexity); checkpoint/ (the model, loadable by models.load_model, plus trainer_state.safetensors/.json,
+eval_perplexity); checkpoint/ (the model, loadable by mixit_lab.models.load_model, plus trainer_state.safetensors/.json,
 the optimizer, data stream and step, for --resume); and summary.json last, which marks the run finished
 (status "finished" or "diverged").
 
 Text tasks cache their tokenizer and token arrays in `.token_cache/` next to the run directory, so the runs of
-a sweep tokenize a corpus once; precision "fast" keeps its CPU measurement there too (training.precision).
+a sweep tokenize a corpus once; precision "fast" keeps its CPU measurement there too (mixit_lab.training.precision).
 
-The other jobs live in their own modules, and their names are re-exported here: training.precision (fp32 or
-bf16), training.machine (device, malloc), training.optim (AdamW, schedule), training.loss (the loss of a batch,
-evaluation), training.state (the trainer state of a checkpoint), training.provenance.
+The other jobs live in their own modules, and their names are re-exported here: mixit_lab.training.precision (fp32 or
+bf16), mixit_lab.training.machine (device, malloc), mixit_lab.training.optim (AdamW, schedule), mixit_lab.training.loss (the loss of a batch,
+evaluation), mixit_lab.training.state (the trainer state of a checkpoint), mixit_lab.training.provenance.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Any, NoReturn
 import torch
 from tqdm.auto import tqdm
 
-from models import ModelConfig, build_model
-from models.checkpoint import write_model_files
-from models.files import atomic_directory, recover_directory, remove_leftovers, write_json, write_text
-from models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
-from models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
-from models.seeds import derive_seed
+from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.models.checkpoint import write_model_files
+from mixit_lab.models.files import atomic_directory, recover_directory, remove_leftovers, write_json, write_text
+from mixit_lab.models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
+from mixit_lab.models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
+from mixit_lab.models.seeds import derive_seed
 
 from .config import TrainConfig
 from .loss import SummedLoss, evaluate, scored_count, task_loss
@@ -67,16 +67,16 @@ def train(
     tracker: str | None = None,
 ) -> dict[str, Any]:
     """Train one model as described by `cfg`, writing the run directory `out_dir`. Returns the summary
-    (summary.json's contents) plus "run_dir": `training.load_run(summary["run_dir"]).model` is the trained
+    (summary.json's contents) plus "run_dir": `mixit_lab.training.load_run(summary["run_dir"]).model` is the trained
     model, with its task, configs and metrics beside it.
 
-    `tracker` ("tensorboard", "wandb"; see training.trackers) also sends the metrics to that tool.
+    `tracker` ("tensorboard", "wandb"; see mixit_lab.training.trackers) also sends the metrics to that tool.
 
     With resume=True an unfinished run continues from its last checkpoint and ends with the same
     weights as an uninterrupted run; a finished run is returned as is. Either way the run's settings
     must be cfg's (SettingsChanged lists the differences). RunLocked if another process is writing
     out_dir; FileExistsError if resume=False and out_dir already holds something.
-    Under torchrun (training.parallel) every process calls this; they train one run data-parallel and
+    Under torchrun (mixit_lab.training.parallel) every process calls this; they train one run data-parallel and
     rank 0 writes the run directory and returns the summary.
     On a CPU under glibc this changes the whole process's malloc thresholds (`keep_freed_memory`), and
     leaves them so.
@@ -117,7 +117,7 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
     loss window since the last log: its sum and its number of steps)."""
     ckpt = out / CHECKPOINT_DIR
     if resume and (ckpt / STATE_JSON).is_file():
-        from models import load_model
+        from mixit_lab.models import load_model
 
         model.load_state_dict(load_model(ckpt).state_dict())
         meta = load_trainer_state(ckpt, optimizer, stream)

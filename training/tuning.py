@@ -1,7 +1,7 @@
 """Choosing each variant's learning rate on its tuning set: the rule, a tuning's record, and `tune`, which trains a
 grid of learning rates and chooses.
 
-    from training.tuning import tune
+    from mixit_lab.training.tuning import tune
     tuning = tune(TrainConfig(task="addition", task_params={"digits": 3}, steps=3000, tune_samples=512),
                   variants=["standard", "mixit"], lrs=[3e-4, 1e-3, 3e-3, 1e-2], out="runs/tune")
     tuning.selected()      # one row per setting: the learning rate chosen, its tuning score, and every lr's
@@ -14,7 +14,7 @@ over those seeds: the highest tune_acc, ties broken by the lowest tune_loss, for
 lowest tune_loss for one judged by its loss (a language model, `headline = "eval_loss"`). A run that diverged or
 failed is never chosen, and the eval rows a run reports are never read.
 
-A tuning's record (`Tuning`, written as training.rundir.TUNING_FILE): each run's settings (text files by their
+A tuning's record (`Tuning`, written as mixit_lab.training.rundir.TUNING_FILE): each run's settings (text files by their
 base names, so a record made on one machine matches runs on another), status, scores and the analysis summaries a
 report reads. `mixit reproduce` ships one per preset (reproduce/tuning/) so that a reproduction reads its choices
 without training the grid again; `mixit tune` writes one beside the runs it trains.
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from models.files import read_json, write_json
+from mixit_lab.models.files import read_json, write_json
 
 from .record import judged_by_loss
 from .rundir import DATA_CACHE_DIR, TUNING_FILE, is_finished, read_summary
@@ -73,7 +73,7 @@ def tuning_key(cfg: TrainConfig) -> str:
 
 def corpus_key(cfg: TrainConfig) -> str:
     """The setting but where its corpus comes from (local files or a Hub dataset): how a record's choice made on one
-    copy of a corpus is found for a run that reads another (reproduce.tuning says so when it does)."""
+    copy of a corpus is found for a run that reads another (mixit_lab.reproduce.tuning says so when it does)."""
     plain_setting = setting(cfg)
     plain_setting["task_params"] = {k: v for k, v in plain_setting["task_params"].items() if k not in CORPUS_PARAMS}
     return hashlib.sha256(json.dumps(plain_setting, sort_keys=True).encode()).hexdigest()[:16]

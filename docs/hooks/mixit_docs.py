@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml `hooks:`) that fill two pages from the code at build time, so they cannot drift:
 
 - `<!-- cli-reference -->` becomes the reference of every `mixit` subcommand: its usage, every flag with its
-  default, choices and help, read from `cli.main.build_parser()`, and the exit codes of `cli.common`.
+  default, choices and help, read from `mixit_lab.cli.main.build_parser()`, and the exit codes of `mixit_lab.cli.common`.
 - `<!-- notebook: PATH -->` becomes the notebook at PATH (relative to the repository), executed headless
   on its own tiny model and converted to Markdown with its printed tables and plots. The executed copy is
   cached in `.docs_cache/` (keyed by the notebook and the Python sources it imports), so a rebuild of
@@ -39,7 +39,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 def exit_codes() -> list[tuple[int, str, str]]:
     """(code, name, meaning) for every EXIT_* constant of cli/common.py, the meaning from its comment."""
-    from cli import common
+    from mixit_lab.cli import common
 
     source = Path(common.__file__).read_text()
     out = []
@@ -113,7 +113,7 @@ def _arguments_table(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_reference() -> str:
-    from cli.main import build_parser
+    from mixit_lab.cli.main import build_parser
 
     parser = build_parser()
     lines = [

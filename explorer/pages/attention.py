@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from explorer import ui
-from explorer.heatmaps import pattern_colors, pattern_figure, pattern_grid
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.explorer import ui
+from mixit_lab.explorer.heatmaps import pattern_colors, pattern_figure, pattern_grid
 
 
 def fixed_note(model) -> None:

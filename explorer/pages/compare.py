@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from analysis import explore as ex
-from explorer import ui
+from mixit_lab.analysis import explore as ex
+from mixit_lab.explorer import ui
 
 
 CURVES_AT_ONCE = 24  # a task with more runs draws the curves of those selected: reading and drawing thousands is slow

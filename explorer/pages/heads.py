@@ -11,11 +11,11 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from analysis.heads import HEAD_SCORES
-from explorer import ui
-from explorer.heatmaps import cell_text, layer_head_grids, layer_head_trace, pattern_figure, score_range
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.analysis.heads import HEAD_SCORES
+from mixit_lab.explorer import ui
+from mixit_lab.explorer.heatmaps import cell_text, layer_head_grids, layer_head_trace, pattern_figure, score_range
 
 Tables = dict[str, tuple[pd.DataFrame, dict, str, int | None]]  # run: (heads, chance, where from, sequences)
 
@@ -35,7 +35,7 @@ def computed_patching(root: str, run_dir: str, stamp: tuple, step: int | None = 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def computed_components(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, str]:
-    """Who does the work (analysis.components): stored (final checkpoint) or computed now."""
+    """Who does the work (mixit_lab.analysis.components): stored (final checkpoint) or computed now."""
     model = None if step is None else ui.cached_model(root, run_dir, stamp, step)
     return ex.components_table(Path(root), run_dir, model)
 
@@ -178,7 +178,7 @@ def components_figure(runs: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> go
 
 
 def components_heatmaps(root: Path, runs: pd.DataFrame, chosen: dict[str, int | None]) -> None:
-    """Who does the work in each chosen run (analysis.components)."""
+    """Who does the work in each chosen run (mixit_lab.analysis.components)."""
     tables, notes = per_run_tables(root, runs, chosen, computed_components, "component analysis")
     if not tables:
         return

@@ -5,9 +5,9 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from explorer import ui
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.explorer import ui
 
 
 def classes(root, row, model, example) -> None:

@@ -8,10 +8,10 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from analysis import explore as ex
-from analysis import explore_model as em
-from explorer import ui
-from figures import figures_for_group
+from mixit_lab.analysis import explore as ex
+from mixit_lab.analysis import explore_model as em
+from mixit_lab.explorer import ui
+from mixit_lab.figures import figures_for_group
 
 
 def metrics_row(row: pd.Series) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer import ui
-from figures.style import order_variants
+from mixit_lab.explorer import ui
+from mixit_lab.figures.style import order_variants
 
 COLUMNS = ["run", "variant", "task_label", "size", "seed", "status", "eval_acc", "best_eval_acc", "eval_loss",
            "params_trainable", "params_frozen", "step", "steps", "lr", "tokens_per_s", "has_analysis", "message"]

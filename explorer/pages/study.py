@@ -1,7 +1,7 @@
 """Study: what `mixit reproduce` found, on one page. Every finding with its verdict, its criterion, our numbers
 beside the authors' code's at the same settings, and buttons that open its runs in the other pages; then the
 figures, who does the work, and where the findings emerge (the scale preset). The report and figures folders
-are found through the runs folder's reproduce.json (explorer.report.locate); what is missing is said in one line.
+are found through the runs folder's reproduce.json (mixit_lab.explorer.report.locate); what is missing is said in one line.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analysis import explore as ex
-from explorer import report, ui
+from mixit_lab.analysis import explore as ex
+from mixit_lab.explorer import report, ui
 
 VERDICT_COLORS = {"success": "green", "error": "red", "warning": "orange", "info": "gray"}
 OPEN_IN = ("Runs", "Heads", "Compare")  # the pages a finding's runs open in
@@ -100,8 +100,8 @@ def figures_section(figures: list[Path], failed: dict[str, str]) -> None:
 def tables_section(report_dir: Path | None) -> None:
     """Who does the work (components.csv), the learning rates chosen and the authors' schedule's runs, and where the
     findings emerge (the scale preset's tables)."""
-    from reproduce.emergence import FINDINGS
-    from reproduce.report import TITLES
+    from mixit_lab.reproduce.emergence import FINDINGS
+    from mixit_lab.reproduce.report import TITLES
 
     for name in (report.COMPONENTS_TABLE, *report.LEARNING_RATE_TABLES):
         table = report.read_table(report_dir, name)

@@ -2,7 +2,7 @@
 learned mixing (learned.py), on what they share (base.py: `Attention`, the projections, hooks and accessors), with
 the CPU kernel thresholds apart (kernels.py).
 
-    from models.attention import Attention
+    from mixit_lab.models.attention import Attention
     attn = Attention(cfg, layer)   # the subclass of cfg.layer_attention(layer)
 
 Importing this package registers every kind with `Attention`, so `Attention(cfg, layer)` finds each one.

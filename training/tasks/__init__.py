@@ -1,6 +1,6 @@
 """Tasks: one registry (`TASKS`) of the algorithmic tasks of the paper, the text tasks, and your own.
 
-    from training.tasks import TASKS, get_task
+    from mixit_lab.training.tasks import TASKS, get_task
     task = get_task("addition", digits=10)
     tokens, mask = task.sample(1000, generator=torch.Generator().manual_seed(0))
     TASKS["sentiment"].needs_corpus, TASKS["sentiment"].is_classifier()   # facts of a task: ask its class

@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Iterator
 
 import torch
 
-from models.tokenizer import task_tokenizer
+from mixit_lab.models.tokenizer import task_tokenizer
 
 from ..sampling import SAMPLINGS, check_sampling
 
@@ -159,7 +159,7 @@ class Task:
 
     Optional: `patching_pairs(n, seed) -> (clean [n, L], corrupted [n, L], position [n], answer_tokens [n, 2])`,
     rows that differ only where the answer comes from, the position whose logits predict the answer, and the
-    clean and corrupted answer tokens; `mixit analyze` then patches every head (analysis.patching.patch_heads).
+    clean and corrupted answer tokens; `mixit analyze` then patches every head (mixit_lab.analysis.patching.patch_heads).
     Retrieval and k-hop define theirs; a ValueError from it says why the task's settings allow none.
     """
 
@@ -221,7 +221,7 @@ class Task:
     @property
     def label_ids(self) -> list[int] | None:
         """The token ids an answer is drawn from when the task fixes a label set (memorize: its n label tokens),
-        None when any token may be one. With `eval_is_train`, what analysis.memory scores memorized bits over."""
+        None when any token may be one. With `eval_is_train`, what mixit_lab.analysis.memory scores memorized bits over."""
         return None
 
     @property
@@ -301,7 +301,7 @@ class Task:
 
     def model_tokenizer(self):
         """The `tokenizers.Tokenizer` a model trained on this task carries (saved as tokenizer.json in its
-        checkpoints): a text task's own, else a word-level one over `vocab` (models.tokenizer.task_tokenizer)."""
+        checkpoints): a text task's own, else a word-level one over `vocab` (mixit_lab.models.tokenizer.task_tokenizer)."""
         if self.text_tokenizer is not None:
             return self.text_tokenizer
         return task_tokenizer(self.vocab, self.pad_id)

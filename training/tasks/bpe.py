@@ -15,7 +15,7 @@ import numpy as np
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from models.tokenizer import SPECIAL_TOKENS, bos_id, pad_id, tokenizer_from_json, tokenizer_to_json
+from mixit_lab.models.tokenizer import SPECIAL_TOKENS, bos_id, pad_id, tokenizer_from_json, tokenizer_to_json
 
 from .cache import CACHE_FORMAT, cached_tokenizer, digest as _digest
 

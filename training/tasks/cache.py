@@ -1,6 +1,6 @@
 """The token cache: tokenizers, token arrays and Hub samples of text corpora, as files in a folder.
 
-The folder is passed explicitly (the trainer uses `<runs folder>/.token_cache`, training.rundir.
+The folder is passed explicitly (the trainer uses `<runs folder>/.token_cache`, mixit_lab.training.rundir.
 DATA_CACHE_DIR, so the runs of a sweep tokenize a corpus once); with None nothing is cached. Entries
 are keyed by a digest of what they were built from and written atomically, each with a content hash beside it
 (`NAME.sha256`, written after the entry): an entry that is unreadable, altered since it was written, or has no
@@ -18,8 +18,8 @@ from typing import Any, Callable
 import numpy as np
 from tokenizers import Tokenizer
 
-from models.files import atomic_file
-from models.tokenizer import tokenizer_from_json, tokenizer_to_json
+from mixit_lab.models.files import atomic_file
+from mixit_lab.models.tokenizer import tokenizer_from_json, tokenizer_to_json
 
 CACHE_FORMAT = 1  # bump when the cached arrays change meaning
 

@@ -4,7 +4,7 @@ A task is found by its name (a built-in task, or one registered with `register_t
 path, `package.module:Class` or `path/to/file.py:Class`, which imports the class (a module path is
 looked up in the current directory first, as `python -m` does). A run records its task's import path
 (`task_import_path`) in run.json, so that a new process rebuilds a task it has never seen registered
-(training.run.run_task).
+(mixit_lab.training.run.run_task).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def check_task_class(cls: Any) -> None:
     """TypeError unless `cls` is a Task subclass; ValueError naming the first thing it lacks: a `name`
     (letters, digits, '_' and '-'), a `metric`, a one-line `layout`, an `objective` and a `_sample`."""
     if not (isinstance(cls, type) and issubclass(cls, Task)) or cls is Task:
-        raise TypeError(f"{cls!r} is not a subclass of training.tasks.Task")
+        raise TypeError(f"{cls!r} is not a subclass of mixit_lab.training.tasks.Task")
     where = cls.__qualname__
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -167,7 +167,7 @@ def task_record(task: Task, eval_samples: int | None, run_dir: Path) -> dict[str
     """run.json's task section: name, the class's import path (a new process rebuilds a task of one's own from it),
     every parameter, the fingerprints of its held-out rows and (text) data, and for a task of one's own its source
     file relative to the run and the file's SHA-256, so that a runs folder moved to another machine still names
-    its task (training.run_task looks there when the import path does not exist)."""
+    its task (mixit_lab.training.run_task looks there when the import path does not exist)."""
     record = {"name": task.name, "import_path": task_import_path(type(task)), **task.params,
               "eval_fingerprint": task.eval_fingerprint(eval_samples)}
     if task.data_fingerprint is not None:
@@ -197,7 +197,7 @@ def load_task_class(spec: str) -> type[Task]:
         check_task_class(obj)
     except TypeError:
         kind = "the base class itself" if obj is Task else f"a {type(obj).__name__}"
-        raise TaskImportError(f"task {spec!r} names {kind}, not a subclass of training.tasks.Task") from None
+        raise TaskImportError(f"task {spec!r} names {kind}, not a subclass of mixit_lab.training.tasks.Task") from None
     return obj
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.tokenizer import pad_id
+from mixit_lab.models.tokenizer import pad_id
 
 from .base import DEFAULT_EVAL_SIZE, Batch, Task, _check_int
 from .bpe import DEFAULT_VOCAB_SIZE, MIN_BPE_VOCAB, TOKENIZERS, _tokenizer_hash, encode_documents, encode_rows, get_tokenizer
