@@ -378,7 +378,7 @@ def _eval_rows(task, info, options: AnalysisOptions) -> int:
     if task is None:
         return 0
     n = min(options.eval_samples, task.default_eval_size)
-    held_out = (info.train.get("eval_samples") if info is not None else None) or task.default_eval_size
+    held_out = (info.train.eval_samples if info is not None else None) or task.default_eval_size
     return n if task.eval_disjoint or task.eval_is_train else min(n, held_out)
 
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 import torch
 
 from mixit_lab.models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from mixit_lab.training.rundir import find_checkpoint
 
 if TYPE_CHECKING:
     from mixit_lab.training.tasks import Task
@@ -32,25 +31,11 @@ def as_model(model: ModelOrPath) -> torch.nn.Module:
     return model
 
 
-def run_task(path: str | Path) -> "Task":
-    """The task a run was trained on, rebuilt from its run.json as `mixit train` built it.
-
-    Through `mixit_lab.training.run_task`, the one place a run's task is rebuilt (a task of one's own is imported
-    from the path run.json records). ValueError for a bare checkpoint (no run.json): such a model needs
-    its task passed explicitly.
-    """
-    from mixit_lab.training import run_task as rebuild
-
-    ref = find_checkpoint(path)
-    info = ref.run_info()
-    if info is None:
-        raise ValueError(f"{path} is a bare checkpoint (no run.json), so its task is unknown; pass the task")
-    return rebuild(ref.run_dir, info)
-
-
 def model_and_task(model: ModelOrPath, task: "Task | None") -> tuple[torch.nn.Module, "Task | None"]:
     """(model, task): a path loads the model and, when `task` is None, rebuilds the run's task (`run_task`)."""
     if isinstance(model, (str, Path)) and task is None:
+        from mixit_lab.training.rebuild import run_task
+
         task = run_task(model)
     return as_model(model), task
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -69,15 +68,14 @@ def who_does_the_work(runs: pd.DataFrame, per_layer: bool = False) -> pd.DataFra
     drops from the all-at-once ablations; per_layer=True: one row per layer, from the one-at-a-time ones.
     Returns `WORK_COLUMNS`; empty when no run has the analysis.
     """
-    from .runs import read_analysis_records, reported
+    from .runs import read_analysis_records, records, reported
 
     rows = []
-    for run in _one_run_per_seed(reported(runs)).itertuples():
-        if not isinstance(run.path, (str, Path)):  # rows that are not run directories (a reference's records)
-            continue
-        records = read_analysis_records(run.path, "components")
-        if records:
-            rows += _per_run(run, records, per_layer)
+    chosen = _one_run_per_seed(reported(runs))
+    for run, record in zip(chosen.itertuples(), records(chosen)):
+        table = read_analysis_records(record, "components")  # None for a reference's records: no directory
+        if table:
+            rows += _per_run(run, table, per_layer)
     if not rows:
         return pd.DataFrame(columns=WORK_COLUMNS)
     df = pd.DataFrame(rows)

@@ -5,8 +5,9 @@ What it computes on one model (inputs, patterns, grids, predictions) lives in `m
     from mixit_lab.analysis import explore as ex, explore_model as em
     root = ex.open_root("runs/smoke")
     runs = ex.list_runs(root)                          # one row per run (mixit_lab.analysis.runs.COLUMNS + size)
+    run = ex.open_run(root, runs.path[0])              # its Run: each file read once, kept while unchanged
     model = ex.load_run_model(root, runs.path[0])
-    example = em.eval_example(ex.run_task(root, runs.path[0]), 0)
+    example = em.eval_example(ex.task_of(root, runs.path[0]), 0)
     patterns = em.attention_patterns(model, example.tokens)   # [layer, head, query, key]
 
 Everything is read from one runs directory, the *root*. Every path is resolved (symlinks and `..`
@@ -15,8 +16,9 @@ reads elsewhere: text runs, whose corpus lies outside, take their input as typed
 tokenizer saved in the run) instead of eval samples. Nothing here trains and nothing is written:
 head scores that `mixit analyze` did not store are computed in memory (`compute_head_table`).
 
-Listing is cached per run by the modification times of the files it reads, so listing 200 runs
-again costs one directory walk and a few `stat` calls per run.
+Each run is opened once (`open_run`, a mixit_lab.training.run.Run, which keeps what it reads) and kept while the
+modification times of its files stay the same, so listing 200 runs again, or a page asking for a run's record,
+metrics, analysis and tables, costs one directory walk and a few `stat` calls per run.
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -38,10 +39,10 @@ from mixit_lab.training.rundir import (
     METRICS_FILE, RUN_FILE, SIGNAL_FILE, SPEED_FILE, SUMMARY_FILE, find_runs, kept_checkpoint_dir,
     kept_checkpoints, UNFINISHED, lock_holder, read_metric_records, unfinished_status,
 )
-from mixit_lab.training.rundir import read_run_info as _read_run_info
+from mixit_lab.training.run import Run
 from mixit_lab.training.runinfo import RunInfo
 
-from .runs import COLUMNS, load_run
+from .runs import COLUMNS, read_analysis_table, read_metrics, run_row
 
 RUN_COLUMNS = [*COLUMNS, "size"]
 SHOWN_COMPONENT_ROWS = 64  # eval rows of a components table computed on the fly (mixit analyze stores more)
@@ -80,9 +81,22 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- runs
-_ROW_CACHE: dict[str, tuple[tuple, dict[str, Any]]] = {}
+_OPENED: dict[str, tuple[tuple, Run]] = {}  # run directory -> (its files' stamps, its Run)
 _STAMPED = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, f"{ANALYSIS_DIR}/{ANALYSIS_FILE}",
-            f"{CHECKPOINT_DIR}/{WEIGHTS_FILE}")
+            f"{CHECKPOINT_DIR}/{WEIGHTS_FILE}", DYNAMICS_FILE)
+
+
+def open_run(root: Path, run_dir: str | Path) -> Run:
+    """The run below root as a Run (each file read on first use and once), the same object while its files keep
+    their modification times and sizes; OutsideRoot if it, or a file a listing reads, lies outside root."""
+    run_dir = inside(root, run_dir)
+    for name in (RUN_FILE, SUMMARY_FILE, METRICS_FILE):
+        inside(root, run_dir / name)
+    stamp = tuple(_stat(run_dir / name) for name in _STAMPED)
+    cached = _OPENED.get(str(run_dir))
+    if cached is None or cached[0] != stamp:
+        cached = _OPENED[str(run_dir)] = (stamp, Run(run_dir))
+    return cached[1]
 
 
 def _progress_from_metrics(run_dir: Path) -> dict[str, Any]:
@@ -101,28 +115,26 @@ def _progress_from_metrics(run_dir: Path) -> dict[str, Any]:
 def _run_row(root: Path, run_dir: Path) -> dict[str, Any]:
     run_id = run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
     try:
-        inside(root, run_dir)
-        for name in (RUN_FILE, SUMMARY_FILE, METRICS_FILE):
-            inside(root, run_dir / name)
+        run = open_run(root, run_dir)
     except OutsideRoot as e:
         row = {c: None for c in RUN_COLUMNS}
         row.update(run=run_id, path=str(run_dir), status="corrupt", error=str(e))
         return row
-    stamp = tuple(_stat(run_dir / name) for name in _STAMPED)
-    cached = _ROW_CACHE.get(str(run_dir))
-    if cached is not None and cached[0] == stamp:
-        row = dict(cached[1])
-        if row["status"] in UNFINISHED:  # a process may have stopped since, without touching a file
-            row["status"] = unfinished_status(run_dir)
-        return row
-    row = load_run(run_dir, root)
+    row = dict(run.memo("explorer row", lambda: _listed(run, root, run_id)))
+    if row["status"] in UNFINISHED:  # a process may have stopped since, without touching a file
+        row["status"] = unfinished_status(run_dir)
+    return row
+
+
+def _listed(run: Run, root: Path, run_id: str) -> dict[str, Any]:
+    """The run's row of the listing: run_row, its progress when it has no summary yet, and its size."""
+    row = run_row(run, root)
     row["run"] = run_id
     if row["status"] in UNFINISHED:
-        row.update(_progress_from_metrics(run_dir))
+        row.update(_progress_from_metrics(run.path))
     if row["status"] != "corrupt":
         row["size"] = f"d{row['d_model']} L{row['n_layers']} H{row['n_heads']}"
-    _ROW_CACHE[str(run_dir)] = (stamp, row)
-    return dict(row)
+    return row
 
 
 def list_runs(root: str | Path) -> pd.DataFrame:
@@ -145,37 +157,23 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: unreadable ({e})") from None
 
 
-def read_run_info(root: Path, run_dir: str | Path) -> RunInfo:
-    """The run's run.json (config, task, command, provenance) as a RunInfo (mixit_lab.training.rundir.read_run_info, also a
-    Mapping of the file's sections); ValueError naming the file if it is damaged, OutsideRoot if it lies outside."""
-    inside(root, Path(run_dir) / RUN_FILE)
-    return _read_run_info(inside(root, run_dir))
-
-
 def read_run_metrics(root: Path, run_dir: str | Path) -> pd.DataFrame:
-    """metrics.jsonl as a DataFrame sorted by step (empty if none yet)."""
-    from .runs import read_metrics
-
-    inside(root, Path(run_dir) / METRICS_FILE)
-    return read_metrics(inside(root, run_dir))
+    """metrics.jsonl as a DataFrame sorted by step (empty if none yet), read once while the file is unchanged."""
+    return read_metrics(open_run(root, run_dir))
 
 
 def read_run_analysis(root: Path, run_dir: str | Path) -> dict[str, Any] | None:
     """The run's analysis/analysis.json from `mixit analyze`, or None."""
-    from mixit_lab.training.record import read_analysis
-
     inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_FILE)
-    return read_analysis(inside(root, run_dir))
+    return open_run(root, run_dir).analysis()
 
 
 def read_run_table(root: Path, run_dir: str | Path, name: str) -> pd.DataFrame | None:
     """One `mixit analyze` table of the run (heads, attention, memory, ...), or None if absent."""
-    from .runs import read_analysis_table
-
     if not re.fullmatch(r"[a-z_]+", name):
         raise ValueError(f"analysis table name {name!r}: allowed are lower-case letters and '_'")
     inside(root, Path(run_dir) / ANALYSIS_DIR / ANALYSIS_TABLE.format(name))
-    return read_analysis_table(inside(root, run_dir), name)
+    return read_analysis_table(open_run(root, run_dir), name)
 
 
 # --------------------------------------------------------------------------- models and tasks
@@ -201,10 +199,15 @@ def kept_steps(root: Path, run_dir: str | Path) -> list[int]:
 
 def read_run_dynamics(root: Path, run_dir: str | Path) -> pd.DataFrame | None:
     """The run's analysis_dynamics.csv (head scores per kept checkpoint), or None if absent or unreadable."""
-    try:
-        return pd.read_csv(inside(root, Path(run_dir) / DYNAMICS_FILE))
-    except (OSError, ValueError):
-        return None
+    path = inside(root, Path(run_dir) / DYNAMICS_FILE)
+
+    def read() -> pd.DataFrame | None:
+        try:
+            return pd.read_csv(path)
+        except (OSError, ValueError):
+            return None
+
+    return open_run(root, run_dir).memo(DYNAMICS_FILE, read)
 
 
 def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
@@ -223,43 +226,35 @@ def load_run_model(root: Path, run_dir: str | Path, step: int | None = None):
     return model
 
 
-@lru_cache(maxsize=32)
-def _task(run_dir: str, stamp: tuple | None):
-    """The run's task, rebuilt once per version of its run.json (`stamp`: its modification time and size)."""
-    from mixit_lab.training import run_task as rebuild
-
-    return rebuild(run_dir)
-
-
-def run_task(root: Path, run_dir: str | Path):
-    """The run's algorithmic task, rebuilt from run.json (mixit_lab.training.run_task); None for text tasks (their
-    corpus lies outside the runs directory, so their input is typed text instead)."""
-    info = read_run_info(root, run_dir)
-    if _task_class(info).needs_corpus:  # its corpus lies outside the runs directory
+def task_of(root: Path, run_dir: str | Path):
+    """The run's algorithmic task (its Run's `task`, rebuilt once per version of run.json); None for text tasks
+    (their corpus lies outside the runs directory, so their input is typed text instead)."""
+    run = open_run(root, run_dir)
+    if _task_class(run.info).needs_corpus:  # its corpus lies outside the runs directory
         return None
-    return _task(str(inside(root, run_dir)), _stat(info.path))
+    return run.task
 
 
 def can_patch_run(root: Path, run_dir: str | Path) -> bool:
     """Whether head patching applies to a run's task (mixit_lab.analysis.patching.can_patch), by its class."""
     from .patching import can_patch
 
-    return can_patch(_task_class(read_run_info(root, run_dir)))
+    return can_patch(_task_class(open_run(root, run_dir).info))
 
 
 def run_classes(root: Path, run_dir: str | Path) -> list[str] | None:
     """Class names of a classification run (sentiment), else None."""
-    info = read_run_info(root, run_dir)
+    info = open_run(root, run_dir).info
     cls = _task_class(info)
     if not cls.is_classifier():
         return None
-    return [str(c) for c in (info.train.get("task_params") or {}).get("classes") or cls.default_classes]
+    return [str(c) for c in info.train.task_params.get("classes") or cls.default_classes]
 
 
 def _task_class(info: RunInfo):
     """The task class of a run (its RunInfo); the base Task (no corpus, not a classifier) for one
     that cannot be found."""
-    from mixit_lab.training.run import run_task_class
+    from mixit_lab.training.rebuild import run_task_class
 
     return run_task_class(info)
 
@@ -275,34 +270,37 @@ def stored_head_table(root: Path, run_dir: str | Path) -> tuple[pd.DataFrame, di
     return df, chance
 
 
-def patching_table(root: Path, run_dir: str | Path, model=None, task=None) -> tuple[pd.DataFrame, str]:
+def patching_table(root: Path, run_dir: str | Path, model=None, task=None,
+                   final_model: Callable[[], Any] | None = None) -> tuple[pd.DataFrame, str]:
     """(head patching table, where it came from): analysis/patching.csv if `mixit analyze` stored it and no
-    model is given, else computed now on `model` (mixit_lab.analysis.patching; ValueError if the task does not apply)."""
+    model is given, else computed now on `model` (mixit_lab.analysis.patching; ValueError if the task does not apply).
+    `final_model`: how the final checkpoint is loaded when it is needed (a caller's cache; default load_run_model)."""
     if model is None:
         stored = read_run_table(root, run_dir, "patching")
         if stored is not None:
             return stored, "stored by mixit analyze (analysis/patching.csv)"
-        model = load_run_model(root, run_dir)
+        model = final_model() if final_model is not None else load_run_model(root, run_dir)
     from .patching import head_patching
 
     if task is None:
-        task = run_task(root, run_dir)
+        task = task_of(root, run_dir)
     if task is None:
         raise ValueError("activation patching applies to retrieval, 1-hop k-hop and tasks with patching_pairs, "
                          "not to text tasks")
     return head_patching(model, task, n=64).frame(), "computed now on 64 clean/corrupted pairs"
 
 
-def components_table(root: Path, run_dir: str | Path, model=None, n: int = SHOWN_COMPONENT_ROWS) -> tuple[pd.DataFrame, str]:
+def components_table(root: Path, run_dir: str | Path, model=None, n: int = SHOWN_COMPONENT_ROWS,
+                     final_model: Callable[[], Any] | None = None) -> tuple[pd.DataFrame, str]:
     """(components table, where it came from): analysis/components.csv if `mixit analyze` stored it and no
-    model is given, else computed now on `model` (or the final checkpoint) over `n` eval rows
-    (mixit_lab.analysis.components; ValueError for a task without answer tokens)."""
+    model is given, else computed now on `model` (or the final checkpoint: `final_model()`, default
+    load_run_model) over `n` eval rows (mixit_lab.analysis.components; ValueError for a task without answer tokens)."""
     if model is None:
         stored = read_run_table(root, run_dir, "components")
         if stored is not None:
             return stored, "stored by mixit analyze (analysis/components.csv)"
-        model = load_run_model(root, run_dir)
-    task = run_task(root, run_dir)
+        model = final_model() if final_model is not None else load_run_model(root, run_dir)
+    task = task_of(root, run_dir)
     if task is None or task.is_classifier() or task.needs_corpus:
         raise ValueError("component attribution reads the answer tokens of algorithmic tasks, not text tasks")
     from .components import component_effects

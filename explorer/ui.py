@@ -56,9 +56,13 @@ def runs_table(root: str) -> pd.DataFrame:
     return ex.list_runs(root)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Loading the model...")
 def cached_model(root: str, run_dir: str, stamp: tuple, step: int | None = None):
     """A run's model (its final or kept checkpoint), kept while the checkpoint's stamp is unchanged."""
+    return _cached_model(str(root), str(run_dir), stamp, step)  # one cache key however it is called
+
+
+@st.cache_resource(max_entries=8, show_spinner="Loading the model...")
+def _cached_model(root: str, run_dir: str, stamp: tuple, step: int | None):
     return ex.load_run_model(Path(root), run_dir, step)
 
 
@@ -155,7 +159,7 @@ def load_model_or_error(root: Path, row: pd.Series):
 def task_or_none(root: Path, row: pd.Series):
     """The run's algorithmic task (for eval samples and token names), or None (text runs, or not rebuildable)."""
     try:
-        return ex.run_task(root, row["path"])
+        return ex.task_of(root, row["path"])
     except (ValueError, OSError) as e:
         st.warning(f"The task of {plain(row['run'])} cannot be rebuilt ({plain(e)}); type token ids instead.")
         return None

@@ -1,15 +1,16 @@
 """Publication figures of a reproduction: one module per figure, drawn from a directory of runs.
 
-    from mixit_lab.figures import FIGURES, Runs, make_all
+    from mixit_lab.analysis.runs import RunSet
+    from mixit_lab.figures import FIGURES, make_all
     results = make_all("runs/quick", "reports/quick/figures")     # name -> [png, pdf] or "skip reason"
-    fig = FIGURES["retrieval_pairs"].plot(Runs("runs/quick"))  # a matplotlib Figure
+    fig = FIGURES["retrieval_pairs"].plot(RunSet("runs/quick"))  # a matplotlib Figure
 
 Each module (`python -m mixit_lab.figures.<name> RUNS_DIR [--out DIR]` runs one alone) exposes
-`plot(runs: Runs) -> Figure`, raising `mixit_lab.figures.common.NoData` when the runs have nothing for it, and
+`plot(runs: RunSet) -> Figure`, raising `mixit_lab.figures.common.NoData` when the runs have nothing for it, and
 `GROUPS`, the study groups whose runs it draws (empty for a figure of the runs folder's own data, such
-as signal/signal.csv); `figures_for_group` answers from them. A `Runs` (mixit_lab.figures.common) is the runs
-folder and its table of runs (mixit_lab.analysis.runs.load_runs), read once: `make_all` builds one and every
-figure draws from it (`plot` also takes a folder, read into a Runs of its own). Figures only read run
+as signal/signal.csv); `figures_for_group` answers from them. A RunSet (mixit_lab.analysis.runs) is the runs
+folder, its runs and their table, each read once: `make_all` builds one and every figure draws from it (`plot`
+also takes a folder, read into a RunSet of its own); a figure reads a run's files through the row's `record`. Figures only read run
 directories and their analyses; they never train. Looks (variant names, colours, fonts, sizes) come
 from mixit_lab.figures.style.
 """
@@ -22,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .common import NoData, Runs
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, runs_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,11 +111,11 @@ def make_all(
     unknown = [n for n in names if n not in FIGURE_NAMES]
     if unknown:
         raise ValueError(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURE_NAMES)}")
-    shared = Runs(runs_dir, runs)
+    shared = RunSet(runs_dir, runs)
     modules = [importlib.import_module(f"{__name__}.{name}") for name in names]  # here once, not in each process
     if any(module.GROUPS for module in modules):  # some figure draws runs: the table is read here once too
         try:
-            shared.table
+            runs_frame(shared)
         except NoData:
             pass  # each figure says so itself
     order = sorted(names, key=lambda n: n not in DRAW_FIRST)
@@ -130,7 +133,7 @@ def make_all(
     return results
 
 
-def _draw(name: str, runs: Runs, out_dir: Path) -> list[Path] | str:
+def _draw(name: str, runs: RunSet, out_dir: Path) -> list[Path] | str:
     """One figure: the files written, or the reason it was skipped (NoData); any other error is raised."""
     from .style import save
 
@@ -190,5 +193,5 @@ def draw_and_list(runs_dir: Path, out: Path | None = None, only: Sequence[str] |
     return 1 if failures else 0
 
 
-__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "Runs", "draw_and_list", "draw_and_show",
+__all__ = ["FIGURES", "FIGURE_NAMES", "FigureError", "NoData", "draw_and_list", "draw_and_show",
            "figures_for_group", "make_all"]

@@ -30,8 +30,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from mixit_lab.analysis.runs import read_analysis_table
+from mixit_lab.training.run import Run
 
-from .common import NoData, Runs, as_runs, finished_runs, param
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, finished_runs, param
 from .style import COLUMN_WIDTH, DIVERGING_CMAP, new_figure, paper_style, variant_label
 
 if TYPE_CHECKING:  # torch (and the model) are imported when a run is drawn: `mixit figures` starts without them
@@ -78,7 +81,7 @@ def _retrieval_positions(task, tokens: torch.Tensor, mask: torch.Tensor) -> tupl
     return query, key_pos + 1
 
 
-def choose_heads(model, task, run_dir: Path) -> dict:
+def choose_heads(model, task, run: Run) -> dict:
     """The previous-token and retrieval heads and the example to draw (see the module docstring)."""
     import torch
 
@@ -89,7 +92,7 @@ def choose_heads(model, task, run_dir: Path) -> dict:
     query, value_pos = _retrieval_positions(task, tokens, mask)
     retrieval = pattern[:, rows, :, query, value_pos].mean(0)  # indexed: [B, L, H]; mean over rows: [L, H]
 
-    heads = read_analysis_table(run_dir, "heads")
+    heads = read_analysis_table(run, "heads")
     if heads is not None and {"layer", "head", "previous_token"} <= set(heads.columns):
         prev_scores = torch.zeros(L, H)
         for r in heads.itertuples():
@@ -114,7 +117,7 @@ def choose_heads(model, task, run_dir: Path) -> dict:
             "query": int(query[b]), "value_pos": int(value_pos[b]), "correct": bool(correct[b])}
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = runs[runs["task"] == "retrieval"]
@@ -127,15 +130,13 @@ def plot(runs: Runs | str | Path) -> Figure:
     mix = _pick_run(runs, "mixit", pairs=fqk["pairs"], n_layers=2, n_heads=int(fqk["n_heads"]))
     import torch  # the models are loaded only once there is a run to draw
 
-    from mixit_lab.models import build_model, load_model
-    from mixit_lab.training import run_task
+    from mixit_lab.models import build_model
 
     torch.manual_seed(0)
-    model = load_model(fqk["path"], device="cpu").eval()
-    task = run_task(fqk["path"])
-    chosen = choose_heads(model, task, Path(fqk["path"]))
+    model, task = fqk["record"].model.eval(), fqk["record"].task
+    chosen = choose_heads(model, task, fqk["record"])
     if mix is not None:
-        mixit = load_model(mix["path"], device="cpu").eval()
+        mixit = mix["record"].model.eval()
     else:
         mixit = build_model(dataclasses.replace(model.config, variant="mixit")).eval()
     example = chosen["example"]

@@ -16,7 +16,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from mixit_lab.analysis.runs import by_loss
-from .common import NoData, Runs, as_runs, finished_runs
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, finished_runs
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "beyond"
@@ -24,7 +26,7 @@ GROUPS = ("beyond",)
 GRID_GREYS = ("#4d4d4d", "#7f7f7f", "#a6a6a6", "#5f6f7f", "#8f7f6f", "#6f8f6f")
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = runs[runs["group"] == "beyond"]

@@ -1,7 +1,7 @@
 """What the figure modules share: the runs they draw, selecting runs, averaging over seeds, per-variant series, the CLI.
 
-Every figure module exposes `plot(runs: Runs) -> Figure` and raises `NoData(reason)` when the runs folder
-holds nothing it can draw. `Runs` is the folder and its table of runs (`mixit_lab.analysis.runs.load_runs`), read once
+Every figure module exposes `plot(runs: RunSet) -> Figure` and raises `NoData(reason)` when the runs folder
+holds nothing it can draw. The RunSet (mixit_lab.analysis.runs) is the folder, its runs and their table, read once
 and shared by every figure that `mixit_lab.figures.make_all` draws from it; only finished runs count (a diverged or
 interrupted run has no final evaluation).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from mixit_lab.analysis.runs import load_runs, reported
+from mixit_lab.analysis.runs import RunSet, reported
 from mixit_lab.models.files import read_json
 from mixit_lab.training.rundir import MANIFEST
 
@@ -32,33 +32,6 @@ class NoData(Exception):
     """The runs directory holds nothing this figure can draw; the message is one line saying what is missing."""
 
 
-class Runs:
-    """A runs folder as the figures read it: the folder (for files a figure reads itself, such as
-    speed/speed.csv) and its table of runs, read on first use and then shared by every figure drawn from it.
-
-        runs = Runs("runs/quick")                  # or Runs("runs/quick", table) with a table already loaded
-        fig = figures.FIGURES["retrieval_pairs"].plot(runs)
-    """
-
-    def __init__(self, folder: str | Path, table: pd.DataFrame | None = None) -> None:
-        self.folder = Path(folder)
-        self._table = table
-
-    @property
-    def table(self) -> pd.DataFrame:
-        """Every run below the folder (mixit_lab.analysis.runs.COLUMNS), loaded once; NoData if the folder is missing."""
-        if self._table is None:
-            if not self.folder.is_dir():
-                raise NoData(f"{self.folder} is not a directory")
-            self._table = load_runs(self.folder)
-            _note_damaged(self._table)
-        return self._table
-
-    def __repr__(self) -> str:
-        loaded = "not loaded" if self._table is None else f"{len(self._table)} runs"
-        return f"Runs({str(self.folder)!r}, {loaded})"
-
-
 def _note_damaged(table: pd.DataFrame) -> None:
     """One warning line naming the damaged runs (a run.json or summary.json that cannot be read) that every figure
     leaves out; nothing when there are none."""
@@ -71,9 +44,21 @@ def _note_damaged(table: pd.DataFrame) -> None:
                       stacklevel=3)
 
 
-def as_runs(runs: Runs | str | Path) -> Runs:
-    """`runs` itself, or a folder (as a notebook or a one-figure script may give it) as a Runs of its own."""
-    return runs if isinstance(runs, Runs) else Runs(runs)
+def as_runs(runs: RunSet | str | Path) -> RunSet:
+    """`runs` itself, or a folder (as a notebook or a one-figure script may give it) as a RunSet of its own."""
+    return runs if isinstance(runs, RunSet) else RunSet(runs)
+
+
+def runs_frame(runs: RunSet) -> pd.DataFrame:
+    """The runs' table (RunSet.frame: COLUMNS and each row's `record`); NoData if the folder is missing. The read
+    that builds it warns once of the damaged runs every figure leaves out."""
+    if not runs.root.is_dir():
+        raise NoData(f"{runs.root} is not a directory")
+    fresh = not runs.is_read
+    frame = runs.frame()
+    if fresh:
+        _note_damaged(frame)
+    return frame
 
 
 # Study groups whose runs sweep one setting for one question (the scale preset's `scale`, mixit_lab.reproduce.emergence):
@@ -82,12 +67,12 @@ def as_runs(runs: Runs | str | Path) -> Runs:
 OWN_FIGURES_ONLY = ("scale", "schedule")
 
 
-def finished_runs(runs: Runs, groups: Sequence[str] = ()) -> pd.DataFrame:
+def finished_runs(runs: RunSet, groups: Sequence[str] = ()) -> pd.DataFrame:
     """The finished runs of `runs` (see mixit_lab.analysis.runs.COLUMNS) at their setting's chosen learning rate (all runs of
     an untuned setting: mixit_lab.analysis.runs.reported), a new frame; NoData if its folder is missing.
 
     Runs of an OWN_FIGURES_ONLY group are left out unless `groups` names it."""
-    df = reported(runs.table)
+    df = reported(runs_frame(runs))
     hidden = [g for g in OWN_FIGURES_ONLY if g not in groups]
     return df[~df["group"].isin(hidden)].reset_index(drop=True)
 
@@ -267,7 +252,7 @@ def default_out_dir(runs_dir: str | Path) -> Path:
     return study_figures_dir(name)
 
 
-def run_one(name: str, plot: Callable[[Runs], Figure], argv: Sequence[str] | None = None) -> int:
+def run_one(name: str, plot: Callable[[RunSet], Figure], argv: Sequence[str] | None = None) -> int:
     """`python -m mixit_lab.figures.<name> RUNS_DIR [--out DIR]`: draw one figure and save it (PNG + PDF)."""
     from .style import save
 
@@ -280,7 +265,7 @@ def run_one(name: str, plot: Callable[[Runs], Figure], argv: Sequence[str] | Non
         print(f"{p.prog}: error: RUNS_DIR {args.runs_dir} is not a directory", file=sys.stderr)
         return 2
     try:
-        fig = plot(Runs(args.runs_dir))
+        fig = plot(RunSet(args.runs_dir))
     except NoData as e:
         print(f"{name}: skipped: {e}", file=sys.stderr)
         return 1

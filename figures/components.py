@@ -31,7 +31,9 @@ from matplotlib.textpath import TextToPath
 
 from mixit_lab.analysis.component_map import who_does_the_work
 
-from .common import NoData, Runs, as_runs, finished_runs, select_runs
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, finished_runs, select_runs
 from .style import DIVERGING_CMAP, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, order_variants, paper_style, variant_label
 
 NAME = "components"
@@ -216,7 +218,7 @@ def draw(work: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = select_runs(finished_runs(as_runs(runs)), GROUPS, what="runs of the paper's studies")
     work = who_does_the_work(runs, per_layer=True)

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, plot_variant_lines, seed_stats,
+from mixit_lab.analysis.runs import RunSet
+
+from .common import (NoData, as_runs, best_config, finished_runs, legend_above, plot_variant_lines, seed_stats,
                      select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
@@ -24,7 +26,7 @@ GROUPS = ("depth",)  # the study groups it draws (mixit_lab.training.rundir.grou
 MAX_PANELS = 4
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     several_depths = runs.loc[runs["task"] == "addition", "n_layers"].nunique() > 1

@@ -17,10 +17,13 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mixit_lab.analysis.runs import read_metrics
+from mixit_lab.analysis.runs import read_metrics, records
+from mixit_lab.training.run import RecordedRun, Run
 from mixit_lab.training.rundir import DYNAMICS_FILE
 
-from .common import NoData, Runs, as_runs, finished_runs, legend_above, plain_log_ticks
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, finished_runs, legend_above, plain_log_ticks
 from .style import COLUMN_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 NAME = "dynamics"
@@ -30,14 +33,22 @@ GROUPS = ("khop", "retrieval")  # where heads form; it draws any run that kept c
 def dynamics_tables(runs: pd.DataFrame) -> list[tuple[pd.Series, pd.DataFrame]]:
     """(run row, its analysis_dynamics.csv) for every run that has one."""
     found = []
-    for run in runs.itertuples(index=False):
-        path = Path(run.path) / DYNAMICS_FILE
-        if path.is_file():
-            found.append((pd.Series(run._asdict()), pd.read_csv(path)))
+    for run, record in zip(runs.itertuples(index=False), records(runs)):
+        table = _dynamics(record)
+        if table is not None:
+            found.append((pd.Series(run._asdict()), table))
     return found
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def _dynamics(record: Run | RecordedRun) -> pd.DataFrame | None:
+    """The run's analysis_dynamics.csv, read once (None for a run without one, or a record without a directory)."""
+    if not isinstance(record, Run):
+        return None
+    path = record.path / DYNAMICS_FILE
+    return record.memo(DYNAMICS_FILE, lambda: pd.read_csv(path) if path.is_file() else None)
+
+
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     tables = dynamics_tables(finished_runs(as_runs(runs)))
     if not tables:
@@ -56,7 +67,7 @@ def plot(runs: Runs | str | Path) -> Figure:
             steps = table["step"].clip(lower=0.5)  # step 0 (the initialization) sits left of step 1
             heads.plot(steps, table[score], color=style.color, marker="o", markersize=2, label=label)
             heads.plot(steps, table["top_previous_token"], color=style.color, linestyle="--", linewidth=0.8)
-            metrics = read_metrics(run["path"])
+            metrics = read_metrics(run["record"])
             if "loss" in metrics:
                 losses.plot(metrics["step"], metrics["loss"], color=style.color, linewidth=0.8)
         heads.set_xscale("log")

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mixit_lab.analysis.runs import read_analysis_records
-from mixit_lab.training.record import read_analysis
+from mixit_lab.analysis.runs import read_analysis_records, records
 
-from .common import NoData, Runs, as_runs, best_config, finished_runs, variants_in
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, best_config, finished_runs, variants_in
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, SEQUENTIAL_CMAP, new_figure, paper_style, variant_label
 
 NAME = "induction_heads"
@@ -31,7 +32,7 @@ GROUPS = ("khop",)  # the study groups it draws (mixit_lab.training.rundir.group
 ANNOTATE_UP_TO = 48  # write the score in each cell up to this many heads per panel
 
 
-def _analysed(all_runs: Runs) -> pd.DataFrame:
+def _analysed(all_runs: RunSet) -> pd.DataFrame:
     """The analysed runs it draws: group khop's, else those of the task most variants were analysed on."""
     runs = finished_runs(all_runs)
     runs = runs[runs["has_analysis"].astype(bool)]
@@ -54,8 +55,8 @@ def head_grids(runs: pd.DataFrame) -> tuple[dict[str, np.ndarray], float | None,
     chance = None
     for variant in variants_in(runs):
         stack = []
-        for path in runs.loc[runs["variant"] == variant, "path"]:
-            heads = read_analysis_records(path, "heads")  # plain records: a folder may hold thousands of tables
+        for record in records(runs[runs["variant"] == variant]):
+            heads = read_analysis_records(record, "heads")  # plain records: a folder may hold thousands of tables
             if not heads:
                 continue
             grid = np.full((int(n_layers), int(n_heads)), np.nan)
@@ -63,8 +64,7 @@ def head_grids(runs: pd.DataFrame) -> tuple[dict[str, np.ndarray], float | None,
                 grid[int(row["layer"]), int(row["head"])] = row["induction"]
             stack.append(grid)
             if chance is None:
-                chance = ((read_analysis(path) or {}).get("summary", {}).get("heads", {}).get("chance", {})
-                          .get("induction"))
+                chance = ((record.analysis_summary("heads") or {}).get("chance") or {}).get("induction")
         if stack:
             grids[variant] = np.nanmean(stack, axis=0)
     if not grids:
@@ -72,7 +72,7 @@ def head_grids(runs: pd.DataFrame) -> tuple[dict[str, np.ndarray], float | None,
     return grids, chance, str(task_label)
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     grids, chance, task = head_grids(_analysed(as_runs(runs)))
     n = len(grids)

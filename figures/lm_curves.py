@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mixit_lab.analysis.runs import read_metrics
+from mixit_lab.analysis.runs import read_metrics, records
 
-from .common import (NoData, Runs, as_runs, best_config, config_text, finished_runs, legend_above, select_runs,
+from mixit_lab.analysis.runs import RunSet
+
+from .common import (NoData, as_runs, best_config, config_text, finished_runs, legend_above, select_runs,
                      variants_in)
 from .style import COLUMN_WIDTH, new_figure, paper_style, variant_style
 
@@ -29,8 +31,8 @@ GROUPS = ("lm",)  # the study groups it draws (mixit_lab.training.rundir.group_o
 def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:
     """Long table: variant, run, step, eval_loss (eval lines of each run's metrics.jsonl)."""
     frames = []
-    for run in runs.itertuples():
-        m = read_metrics(run.path)
+    for run, record in zip(runs.itertuples(), records(runs)):
+        m = read_metrics(record)
         if "eval_loss" in m:
             m = m[m["eval_loss"].notna()]
             frames.append(pd.DataFrame({"variant": run.variant, "run": run.run, "step": m["step"],
@@ -38,7 +40,7 @@ def eval_curves(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "run", "step", "eval_loss"])
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "lm", what="language-modeling runs")

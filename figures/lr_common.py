@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from mixit_lab.analysis.runs import memory_summary, tuning_runs
+from mixit_lab.analysis.runs import records, tuning_runs
 
 from matplotlib.ticker import NullLocator
 
-from .common import NoData, Runs, as_runs, finished_runs, legend_above
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, finished_runs, legend_above
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_style
 
 if TYPE_CHECKING:
@@ -44,22 +46,17 @@ def log_ppl(rows: pd.DataFrame) -> pd.Series:
 
 def bits_per_param(rows: pd.DataFrame) -> pd.Series:
     """Bits stored per trainable parameter: a record row's kept memory summary, else the run's analysis."""
-    def one(row: pd.Series) -> float | None:
-        memory = row.get("memory") if isinstance(row.get("memory"), dict) else (
-            memory_summary(row["path"]) if isinstance(row.get("path"), str) else None)
-        return (memory or {}).get("bits_per_trainable_param")
-
-    return pd.to_numeric(pd.Series([one(r) for _, r in rows.iterrows()], index=rows.index, dtype=object),
-                         errors="coerce")
+    values = [(record.analysis_summary("memory") or {}).get("bits_per_trainable_param") for record in records(rows)]
+    return pd.to_numeric(pd.Series(values, index=rows.index, dtype=object), errors="coerce")
 
 
-def grid_and_seeds(runs: Runs, groups: Sequence[str], tasks: Sequence[str],
+def grid_and_seeds(runs: RunSet, groups: Sequence[str], tasks: Sequence[str],
                    metric: Callable[[pd.DataFrame], pd.Series]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the record's finished runs of `groups` and `tasks`, the folder's selected runs of the same settings), each
     with `value` = metric; NoData without a tuning record or without such runs."""
-    grid = tuning_runs(runs.folder)
+    grid = tuning_runs(runs.root)
     if grid.empty:
-        raise NoData(f"no tuning record in {runs.folder} (a preset with several learning rates writes tuning.json)")
+        raise NoData(f"no tuning record in {runs.root} (a preset with several learning rates writes tuning.json)")
     grid = grid[(grid["status"] == "finished") & grid["group"].isin(groups) & grid["task"].isin(tasks)]
     grid = grid.assign(value=metric(grid)).dropna(subset=["value"])
     if grid.empty:
@@ -71,11 +68,11 @@ def grid_and_seeds(runs: Runs, groups: Sequence[str], tasks: Sequence[str],
 
 
 def figure(groups: Sequence[str], tasks: Sequence[str], metric: Callable[[pd.DataFrame], pd.Series], ylabel: str,
-           lower_is_better: bool = False, panels: Sequence[str] = ("task_label",)) -> Callable[[Runs | str | Path], Figure]:
+           lower_is_better: bool = False, panels: Sequence[str] = ("task_label",)) -> Callable[[RunSet | str | Path], Figure]:
     """The `plot` of one learning-rate figure: the record's runs of `groups` and `tasks`, `metric` against the rate,
     one panel per value of the `panels` columns."""
 
-    def plot(runs: Runs | str | Path) -> Figure:
+    def plot(runs: RunSet | str | Path) -> Figure:
         """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
         grid, seeds = grid_and_seeds(as_runs(runs), groups, tasks, metric)
         return draw(grid, seeds, ylabel, tuple(panels), lower_is_better=lower_is_better)

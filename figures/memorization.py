@@ -19,9 +19,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mixit_lab.analysis.runs import read_analysis_records
+from mixit_lab.analysis.runs import read_analysis_records, records
 
-from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plain_log_ticks,
+from mixit_lab.analysis.runs import RunSet
+
+from .common import (NoData, as_runs, best_config, finished_runs, legend_above, param, plain_log_ticks,
                      plot_variant_lines, seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
@@ -32,8 +34,8 @@ GROUPS = ("memorize",)  # the study groups it draws (mixit_lab.training.rundir.g
 def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
     """runs with keys, accuracy (memory.csv, else eval_acc), bits, max_bits, bits_per_trainable_param."""
     rows = []
-    for run in runs.itertuples():  # plain records, not a DataFrame per file: a folder may hold thousands
-        mem = read_analysis_records(run.path, "memory") if run.has_analysis else None
+    for run, record in zip(runs.itertuples(), records(runs)):  # plain records, not a DataFrame per file: a folder
+        mem = read_analysis_records(record, "memory") if run.has_analysis else None  # may hold thousands
         row = {"accuracy": run.eval_acc, "bits": np.nan, "max_bits": np.nan, "bits_per_trainable_param": np.nan}
         if mem:
             row.update({k: float(mem[0][k]) for k in row if k in mem[0]})
@@ -43,7 +45,7 @@ def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(keys=param(out, "n") ** param(out, "d"))
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "memorize", what="memorize runs")

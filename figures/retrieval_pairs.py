@@ -13,7 +13,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, param, plot_variant_lines,
+from mixit_lab.analysis.runs import RunSet
+
+from .common import (NoData, as_runs, best_config, finished_runs, legend_above, param, plot_variant_lines,
                      seed_stats, select_runs, spread_note, value_ticks)
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
@@ -21,7 +23,7 @@ NAME = "retrieval_pairs"
 GROUPS = ("retrieval",)  # the study groups it draws (mixit_lab.training.rundir.group_of)
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = select_runs(runs, GROUPS, fallback=lambda r: r["task"] == "retrieval", what="retrieval runs")

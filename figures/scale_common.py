@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from mixit_lab.analysis.paper import PAPER
-from mixit_lab.analysis.runs import memory_summary
+from mixit_lab.analysis.runs import records
 
-from .common import NoData, Runs, finished_runs, param, seed_errors, seed_stats
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, finished_runs, param, seed_errors, seed_stats
 from .style import variant_style
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ def is_sst2_study(study: str) -> bool:
     return str(study).startswith(SST2_STUDY)
 
 
-def scale_runs(all_runs: Runs, task: str, axes: Sequence[str], what: str, sst2: bool = False) -> pd.DataFrame:
+def scale_runs(all_runs: RunSet, task: str, axes: Sequence[str], what: str, sst2: bool = False) -> pd.DataFrame:
     """Finished scale runs of `task`, with each axis (a run setting or a task parameter) as a column; of the SST-2
     studies alone with `sst2`, else without them."""
     runs = finished_runs(all_runs, GROUPS)
@@ -63,7 +65,7 @@ def with_accuracy(runs: pd.DataFrame) -> pd.DataFrame:
 def with_memory(runs: pd.DataFrame) -> pd.DataFrame:
     """runs with `value` = bits per trainable parameter and `stored` = memorization accuracy (%), from each
     run's analysis summary (`mixit analyze`); runs not analysed yet are dropped (NoData if none is left)."""
-    memories = [(memory_summary(p) if isinstance(p, str) else None) or {} for p in runs["path"]]
+    memories = [record.analysis_summary("memory") or {} for record in records(runs)]
     runs = runs.assign(value=pd.to_numeric(pd.Series([m.get("bits_per_trainable_param") for m in memories],
                                                      index=runs.index, dtype=object), errors="coerce"),
                        stored=pd.to_numeric(pd.Series([m.get("accuracy") for m in memories], index=runs.index,

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import Runs, as_runs, legend_above, spread_note, value_ticks
+from mixit_lab.analysis.runs import RunSet
+
+from .common import as_runs, legend_above, spread_note, value_ticks
 from .scale_common import GROUPS, draw_against, scale_runs, title, values_of, with_accuracy
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
 
@@ -26,7 +28,7 @@ AXES = ("d_model", "n_layers")
 MAX_PANELS = 4
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = with_accuracy(scale_runs(as_runs(runs), "addition", AXES, "addition (depth)"))
     widths = values_of(runs, "d_model")[:MAX_PANELS]

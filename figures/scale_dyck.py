@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import Runs, as_runs, legend_above, spread_note, value_ticks
+from mixit_lab.analysis.runs import RunSet
+
+from .common import as_runs, legend_above, spread_note, value_ticks
 from .scale_common import (AXIS_LABELS, GROUPS, draw_against, scale_runs, settings_note, title, values_of,
                            with_accuracy)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style
@@ -26,7 +28,7 @@ GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of
 AXES = ("max_pairs", "steps")
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = with_accuracy(scale_runs(as_runs(runs), "dyck", AXES, "Dyck"))
     panels = [a for a in AXES if runs[a].nunique() >= 2] or [AXES[0]]

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import Runs, as_runs, legend_above, spread_note, value_ticks
+from mixit_lab.analysis.runs import RunSet
+
+from .common import as_runs, legend_above, spread_note, value_ticks
 from .scale_common import (AXIS_LABELS, GROUPS, PAPER_MEMORIZE_BITS, draw_against, draw_paper, scale_runs,
                            settings_note, title, values_of, with_memory)
 from .style import DOUBLE_WIDTH, new_figure, paper_style
@@ -28,7 +30,7 @@ AXES = ("d_model",)
 DATASET = ("n", "d")
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = with_memory(scale_runs(as_runs(runs), "memorize", (*AXES, *DATASET), "memorize"))
     with paper_style():

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .common import Runs, as_runs, legend_above, spread_note
+from mixit_lab.analysis.runs import RunSet
+
+from .common import as_runs, legend_above, spread_note
 from .scale_common import GROUPS, PAPER_SENTIMENT, draw_against, draw_paper, scale_runs, title, with_accuracy
 from .style import COLUMN_WIDTH, new_figure, paper_style
 
@@ -26,7 +28,7 @@ GROUPS = GROUPS  # the study groups it draws (mixit_lab.training.rundir.group_of
 AXES = ("d_model", "n_layers", "n_heads")
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = with_accuracy(scale_runs(as_runs(runs), "sentiment", AXES, "sentiment"))
     sizes = [tuple(int(v) for v in size) for size in zip(runs["d_model"], runs["n_layers"], runs["n_heads"])]

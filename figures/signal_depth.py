@@ -25,7 +25,9 @@ from matplotlib.ticker import FixedLocator
 
 from mixit_lab.training import rundir
 
-from .common import NoData, Runs, as_runs, legend_above, value_ticks
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs, legend_above, value_ticks
 from .style import DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "signal_depth"
@@ -94,9 +96,9 @@ def covariance_scale(ax: Axes, values: np.ndarray) -> None:
     ax.margins(y=0.08)
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of the runs folder's signal.csv (`runs`, or that folder)."""
-    df = read_signal(as_runs(runs).folder)
+    df = read_signal(as_runs(runs).root)
     width = int(df["d_model"].iloc[0])
     depths = sorted(df["depth"].unique())
     panels = [("covariance", "token covariance"), ("cosine", "token cosine similarity")]

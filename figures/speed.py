@@ -19,7 +19,9 @@ from matplotlib.figure import Figure
 
 from mixit_lab.training import rundir
 
-from .common import NoData, Runs, as_runs
+from mixit_lab.analysis.runs import RunSet
+
+from .common import NoData, as_runs
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, order_variants, paper_style, variant_label, variant_style
 
 NAME = "speed"
@@ -63,9 +65,9 @@ def throughput_unit(largest: float) -> tuple[str, float]:
     return "tokens/s", 1.0
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of the runs folder's speed.csv (`runs`, or that folder)."""
-    df = read_speed(as_runs(runs).folder)
+    df = read_speed(as_runs(runs).root)
     setting = [c for c in SETTING if c in df]
     settings = list(df.groupby(setting, sort=False)) if setting else [((), df)]
     settings = settings[:MAX_PANELS]

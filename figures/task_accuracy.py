@@ -18,7 +18,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from mixit_lab.analysis.runs import by_loss
-from .common import (NoData, Runs, as_runs, best_config, finished_runs, legend_above, seed_errors,
+from mixit_lab.analysis.runs import RunSet
+
+from .common import (NoData, as_runs, best_config, finished_runs, legend_above, seed_errors,
                      seed_stats, select_runs, spread_note, variants_in)
 from .style import COLUMN_WIDTH, DOUBLE_WIDTH, new_figure, paper_style, variant_style
 
@@ -37,7 +39,7 @@ def tick_label(task_label: str) -> str:
     return task_label.replace("(", "\n").replace(")", "").replace(", ", "\n")
 
 
-def plot(runs: Runs | str | Path) -> Figure:
+def plot(runs: RunSet | str | Path) -> Figure:
     """The figure (see the module docstring) of `runs`, or of the runs in that folder."""
     runs = finished_runs(as_runs(runs))
     runs = runs[~by_loss(runs)]  # language modeling: lm_curves draws it

@@ -88,8 +88,13 @@ def read_config(path: str | Path) -> ModelConfig:
     cfg_file = path / CONFIG_FILE
     if not cfg_file.is_file():
         raise FileNotFoundError(f"checkpoint is missing {cfg_file}")
+    return _parse_config(cfg_file, cfg_file.read_bytes())
+
+
+def _parse_config(cfg_file: Path, raw: bytes) -> ModelConfig:
+    """The ModelConfig in config.json's bytes `raw`; CheckpointError naming `cfg_file` if they are not one."""
     try:
-        data = json.loads(cfg_file.read_text())
+        data = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_file}: not valid JSON ({e})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("model"), dict):
@@ -144,7 +149,7 @@ def _read_one_generation(path: Path, tries: int = 5) -> tuple[ModelConfig, bytes
     for attempt in range(tries):
         try:
             before = cfg_file.read_bytes()
-            config = read_config(path)
+            config = _parse_config(cfg_file, before)
             if not weights.is_file():
                 raise FileNotFoundError(f"checkpoint is missing {weights}")
             data = weights.read_bytes()

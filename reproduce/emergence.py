@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from mixit_lab.analysis.runs import load_runs, memory_summary, reported
+from mixit_lab.analysis.runs import load_runs, records, reported
 from mixit_lab.figures.scale_common import is_sst2_study
 from mixit_lab.models import VARIANTS
 from mixit_lab.training.tasks import resolved_task_params
@@ -130,13 +130,6 @@ def _reads_memory(finding: Finding) -> bool:
     return finding.metric != "accuracy"
 
 
-def _memory(path: Any) -> dict[str, Any]:
-    """A memorize run's analysis summary (mixit_lab.analysis.memory via `mixit analyze`), or {}."""
-    if not isinstance(path, str):
-        return {}
-    return memory_summary(path) or {}
-
-
 def _variant_rank(label: str) -> tuple[int, str]:
     """Registry order of the named variant a label starts with; grid models after their variant."""
     base = str(label).split(" [", 1)[0]
@@ -153,7 +146,7 @@ def _finding_runs(runs: pd.DataFrame, finding: Finding) -> pd.DataFrame:
     runs = runs.assign(**{a: _axis_values(runs, a) for a in finding.axes if a not in runs.columns})
     if not _reads_memory(finding):
         return runs.assign(value=pd.to_numeric(runs["eval_acc"], errors="coerce") * 100).dropna(subset=["value"])
-    memories = [_memory(p) for p in runs["path"]]
+    memories = [r.analysis_summary("memory") or {} for r in records(runs)]  # mixit_lab.analysis.memory's summary
     runs = runs.assign(
         value=[m.get(finding.metric) for m in memories],
         stored=[None if m.get("accuracy") is None else 100 * float(m["accuracy"]) for m in memories],

@@ -24,8 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from mixit_lab.analysis.runs import COLUMNS, task_label
+from mixit_lab.analysis.runs import COLUMNS, RECORD, records, task_label
 from mixit_lab.models.files import read_json
+from mixit_lab.training.run import RecordedRun
 
 REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
 
@@ -106,6 +107,7 @@ def record_row(rec: dict[str, Any]) -> dict[str, Any]:
         "accuracy": accuracy, "bits_per_trainable_param": float(bpp), "params_trainable": rec.get("params_trainable"),
         "bits": rec.get("bits", float(bpp) * float(rec.get("params_trainable") or 0) or None)}
     row["eval_items"] = rec.get("eval_items")
+    row[RECORD] = RecordedRun(row["run"], {"memory": row["memory"]} if row["memory"] else {}, row["eval_items"])
     return row
 
 
@@ -123,7 +125,7 @@ def reference_runs(records: list[dict[str, Any]], ours: pd.DataFrame, by_study: 
     mine = {key(r, r["variant"]) for r in finished.to_dict("records")}
     rows = [row for row in map(record_row, [r for r in records if not is_signal(r)])
             if key(row, ALIASES.get(row["variant"], row["variant"])) in mine]
-    return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items"])
+    return pd.DataFrame(rows, columns=[*COLUMNS, "memory", "eval_items", RECORD])
 
 
 END_TO_END_COLUMNS = ["task", "variant", "d_model", "n_layers", "n_heads", "steps", "lr", "schedule", "metric", "ours",
@@ -141,12 +143,8 @@ OTHER_METRIC = {
 
 def _metric(row: dict[str, Any]) -> tuple[str, float | None]:
     """What a run is compared on: bits per trainable parameter for memorization studies, else accuracy (%)."""
-    memory = row.get("memory")
     if row.get("task") == "memorize" and row.get("group") == "memorize":
-        if not isinstance(memory, dict) and isinstance(row.get("path"), str):
-            from mixit_lab.analysis.runs import memory_summary
-
-            memory = memory_summary(row["path"])
+        memory = records(pd.DataFrame([row]))[0].analysis_summary("memory")  # recorded, or the run's analysis
         value = (memory or {}).get("bits_per_trainable_param")
         return "bits/param", None if value is None else float(value)
     acc = row.get("eval_acc")

@@ -20,11 +20,10 @@ from typing import Any
 import pandas as pd
 
 from mixit_lab.analysis.component_map import who_does_the_work
-from mixit_lab.analysis.runs import by_loss, load_runs, memory_summary, reported
-from mixit_lab.training.record import read_analysis
-from mixit_lab.training.rundir import SIGNAL_FILE, SPEED_FILE, read_run_info
-from mixit_lab.training.run import run_task
-from mixit_lab.training.tasks import TASKS, resolved_task_params
+from mixit_lab.analysis.runs import by_loss, load_runs, records, reported
+from mixit_lab.training.run import RecordedRun, Run
+from mixit_lab.training.rundir import SIGNAL_FILE, SPEED_FILE
+from mixit_lab.training.tasks import resolved_task_params
 
 from mixit_lab.analysis.paper import FULL_ACCURACY, PAPER
 from .reference import load_reference, reference_runs, reference_signal
@@ -134,39 +133,12 @@ def _several_depths(depth: pd.DataFrame) -> pd.DataFrame:
     return depth.iloc[0:0] if len(depth) and depth["n_layers"].nunique() < 2 else depth
 
 
-def _memory(run: Any) -> dict[str, Any] | None:
-    """A run's memorization result: its analysis summary's, or a reference record's own."""
-    if isinstance(getattr(run, "memory", None), dict):
-        return run.memory
-    if not isinstance(getattr(run, "path", None), str):
-        return None
-    return memory_summary(run.path)
-
-
 def _with_memory(memorize: pd.DataFrame) -> pd.DataFrame:
     """The memorization runs with a result (analysed, or a reference record), under a `memory` column."""
     if memorize.empty:
         return memorize.assign(memory=pd.Series(dtype=object))
-    memorize = memorize.assign(memory=[_memory(r) for r in memorize.itertuples()])
+    memorize = memorize.assign(memory=[r.analysis_summary("memory") for r in records(memorize)])
     return memorize[memorize["memory"].map(bool)]
-
-
-def _eval_items(run: Any) -> int | None:
-    """How many held-out items a run was scored on (None when unknown, or for a task built from a corpus,
-    which is not rebuilt here)."""
-    given = getattr(run, "eval_items", None)
-    if given is not None and not (isinstance(given, float) and math.isnan(given)):
-        return int(given)
-    task = TASKS.get(run.task)
-    if task is None or task.needs_corpus or not isinstance(getattr(run, "path", None), str):
-        return None
-    try:
-        info = read_run_info(run.path)
-        asked = (info["train"] or {}).get("eval_samples")
-        default = run_task(run.path, info, check=False).default_eval_size
-    except (OSError, ValueError, TypeError):
-        return None
-    return default if asked is None else min(int(asked), default)
 
 
 # --------------------------------------------------------------------------- one table each
@@ -198,7 +170,7 @@ def _table3(per_task: list[pd.DataFrame]) -> pd.DataFrame:
     for runs in per_task:
         if runs.empty:
             continue
-        items = {label: _eval_items(r) for label, r in zip(runs["task_label"], runs.itertuples())}
+        items = {label: _eval_items(record) for label, record in zip(runs["task_label"], records(runs))}
         paper = PAPER.get(str(runs["task"].iloc[0]))
         rows += [{**row, "eval_items": items.get(row["task"])} for row in _accuracy_rows(runs, paper)]
     return pd.DataFrame(rows, columns=[*ACCURACY_COLUMNS, "eval_items", "paper"])
@@ -257,11 +229,14 @@ def _table7(signal_path: Path | None) -> pd.DataFrame:
     return sig[sig["layer"] == sig["depth"]][columns].reset_index(drop=True)
 
 
-def _induction_row(run: Any) -> dict[str, Any] | None:
+def _eval_items(record: Run | RecordedRun) -> int | None:
+    """How many held-out items a run was scored on (None when unknown, or for a task built from a corpus)."""
+    return record.held_out_items()
+
+
+def _induction_row(run: Any, record: Run | RecordedRun) -> dict[str, Any] | None:
     """One analysed run's induction row (INDUCTION_COLUMNS), or None when its analysis has neither score."""
-    given = getattr(run, "analysis", None)  # a tuning record's row carries its analysis summaries
-    summary = (given if isinstance(given, dict) else
-               ((read_analysis(run.path) if isinstance(run.path, str) else None) or {}).get("summary") or {})
+    summary = (record.analysis() or {}).get("summary") or {}
     heads, aligned = summary.get("heads"), summary.get("task_induction")
     if not heads and not aligned:
         return None
@@ -282,7 +257,8 @@ def _induction_row(run: Any) -> dict[str, Any] | None:
 def _induction(khop: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Induction heads per run (k-hop runs preferred): the task-aligned score of each run's best head on the task's
     own inputs, its chance levels and what ablating it costs; the repeated-token score as context."""
-    rows = [row for r in (khop if len(khop) else finished(runs)).itertuples() if (row := _induction_row(r))]
+    chosen = khop if len(khop) else finished(runs)
+    rows = [row for r, record in zip(chosen.itertuples(), records(chosen)) if (row := _induction_row(r, record))]
     ind = pd.DataFrame(rows, columns=INDUCTION_COLUMNS)
     if len(ind):
         # Every seed's run, each variant's best first: by the task-aligned score where there is one, else the

@@ -136,7 +136,7 @@ def record_from_runs(plan: TuningPlan, grid: list[tuple[str, TrainConfig]], out:
                      about: dict[str, Any]) -> Tuning:
     """The record of a grid trained now: each tuning run's settings, summary and kept analyses, read from `out`."""
     from mixit_lab.models.files import read_json
-    from mixit_lab.training.record import read_analysis
+    from mixit_lab.training.run import read_analysis
     from mixit_lab.training.rundir import SUMMARY_FILE
 
     configs = dict(grid)

@@ -146,3 +146,33 @@ def explorer_runs(tmp_path_factory) -> dict:
     finally:
         torch.set_num_threads(before)
     return runs
+
+
+def count_run_file_opens(runs_dir: Path, monkeypatch) -> list[Path]:
+    """Every opening of a file inside a run directory below runs_dir from now on (io.open and open: pathlib, json,
+    csv and pandas all go through them)."""
+    import builtins
+    import io
+
+    opened: list[Path] = []
+    real = io.open
+    run_dirs = {p.parent for p in runs_dir.rglob("run.json")}
+
+    def counted(file, *args, **kwargs):
+        if isinstance(file, (str, Path)) and any(d in run_dirs for d in Path(file).parents):
+            opened.append(Path(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counted)
+    monkeypatch.setattr(builtins, "open", counted)
+    return opened
+
+
+def read_more_than_once(opened: list[Path], runs_dir: Path) -> dict[str, int]:
+    """The files of `opened` read more than once (relative to runs_dir: how often). A checkpoint's config.json is
+    read before and after its weights once per model loaded (a trainer may be swapping the checkpoint meanwhile:
+    mixit_lab.models.checkpoint), so twice is once for it."""
+    from collections import Counter
+
+    return {str(p.relative_to(runs_dir)): n for p, n in Counter(opened).items()
+            if n > (2 if p.parts[-2:] == ("checkpoint", "config.json") else 1)}

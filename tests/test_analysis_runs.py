@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mixit_lab.analysis.runs import load_runs, read_metrics, task_label
-from mixit_lab.training.record import read_analysis
+from mixit_lab.training.run import read_analysis
 from mixit_lab.training.rundir import find_runs
 from mixit_lab.training import TrainConfig, train
 

@@ -23,6 +23,7 @@ from streamlit.testing.v1 import AppTest
 from mixit_lab.analysis import explore as ex
 from mixit_lab.analysis import explore_model as em
 from mixit_lab.training.rundir import run_lock
+from conftest import count_run_file_opens, read_more_than_once
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
@@ -358,7 +359,7 @@ def test_compare_draws_the_curves_of_a_few_runs_of_a_task_with_thousands():
 def test_predict_view_top_k(app, explorer_runs):
     at = app(page="Predict", selected=["retrieval/retrieval-standard"])
     root = ex.open_root(explorer_runs["root"])
-    task = ex.run_task(root, explorer_runs["standard"])
+    task = ex.task_of(root, explorer_runs["standard"])
     example = em.eval_example(task, 0)
     position = at.slider(key="pred_pos").value
     assert position == em.default_position(example)
@@ -530,12 +531,26 @@ def launched(monkeypatch) -> list[list[str]]:
     return commands
 
 
+@pytest.mark.parametrize("page", ["Study", "Runs", "Run", "Attention", "Heads", "Compare", "Predict"])
+def test_a_page_load_opens_each_run_file_once(app, explorer_runs, monkeypatch, page):
+    """The explorer's data layer opens each run once (mixit_lab.analysis.explore.open_run, a Run that keeps what it
+    reads): however many of its functions a page calls, every file of every run is read once at most."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    monkeypatch.setattr(ex, "_OPENED", {})  # a first page load: nothing read before
+    opened = count_run_file_opens(explorer_runs["root"], monkeypatch)
+    app(page=page, selected=["retrieval/retrieval-mixit", "retrieval/retrieval-frozen_qk"])
+    assert opened and read_more_than_once(opened, explorer_runs["root"]) == {}
+
+
 def test_mixit_app_launches_streamlit_on_the_directory(explorer_runs, launched):
     from mixit_lab import explorer
     from mixit_lab.cli import app as app_cli
     from mixit_lab.cli.main import COMMANDS, main
 
-    assert list(COMMANDS)[-1] == "app" and app_cli.__name__ == f"cli.{COMMANDS['app']}"
+    assert list(COMMANDS)[-1] == "app" and app_cli.__name__ == f"mixit_lab.cli.{COMMANDS['app']}"
     port = free_port()
     assert main(["app", str(explorer_runs["root"]), "--port", str(port), "--headless"]) == 0
     cmd = launched[0]

@@ -145,7 +145,7 @@ def test_module_docstrings_name_modules_and_names_that_exist():
                     continue
                 if (ROOT / pkg / f"{name}.py").is_file() or (ROOT / pkg / name).is_dir():
                     continue
-                if not hasattr(importlib.import_module(pkg), name):
+                if not hasattr(importlib.import_module(f"mixit_lab.{pkg}"), name):
                     stale.append(f"{path.relative_to(ROOT)}: {pkg}.{name}")
     assert stale == []
 
@@ -363,7 +363,7 @@ def test_rooms_stay_small():
 # --------------------------------------------------------------------------- light commands stay light
 def test_reading_runs_imports_no_torch_and_figures_from_tables_no_transformerlens(explorer_runs, tmp_path):
     """docs/architecture.md, `cli/`: `mixit figures` imports only its own command's module, reading a runs folder
-    (mixit_lab.training.record, mixit_lab.analysis.runs, the figures) imports no torch (a run's summary records the metric it is judged
+    (mixit_lab.training.run, mixit_lab.analysis.runs, the figures) imports no torch (a run's summary records the metric it is judged
     by, so no task class is asked), and drawing figures from tables imports no torch or
     TransformerLens (with the libraries it brings, about 2 s of every start on 2 cores); only a figure drawn from
     a checkpoint (attention_maps) loads a model."""
@@ -371,7 +371,7 @@ def test_reading_runs_imports_no_torch_and_figures_from_tables_no_transformerlen
 
     script = f"""
 import sys
-import mixit_lab.analysis.runs, mixit_lab.figures.common, mixit_lab.training.record
+import mixit_lab.analysis.runs, mixit_lab.figures.common, mixit_lab.training.run
 from mixit_lab.cli.main import build_parser, main
 build_parser("figures")
 assert "torch" not in sys.modules, "reading runs imported torch"

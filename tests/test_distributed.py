@@ -180,5 +180,5 @@ def test_a_torchrun_run_opens_and_analyses_like_any_other(two_process_run, tmp_p
     assert row["status"] == "finished" and row["variant"] == "mixit"
     assert len(ex.read_run_metrics(root, two_process_run)) == STEPS // 10
     model = ex.load_run_model(root, two_process_run)
-    tokens = ex.run_task(root, two_process_run).eval_set(1)[0][0]
+    tokens = ex.task_of(root, two_process_run).eval_set(1)[0][0]
     assert em.attention_patterns(model, tokens).shape == (1, 4, len(tokens), len(tokens))

@@ -69,8 +69,8 @@ def test_listing_is_cached_by_modification_time(explorer_runs, tmp_path, monkeyp
     for i in range(3):
         _copy_run(explorer_runs["standard"], tmp_path / "study" / f"run{i}")
     calls = []
-    real = ex.load_run
-    monkeypatch.setattr(ex, "load_run", lambda path, root: calls.append(Path(path).name) or real(path, root))
+    real = ex.run_row
+    monkeypatch.setattr(ex, "run_row", lambda run, root: calls.append(run.path.name) or real(run, root))
     first = ex.list_runs(tmp_path)
     assert sorted(calls) == ["run0", "run1", "run2"]
     calls.clear()
@@ -142,7 +142,7 @@ def test_a_run_file_linked_to_outside_is_not_read(explorer_runs, tmp_path):
     row = ex.list_runs(tmp_path / "runs").iloc[0]
     assert row["status"] == "corrupt" and "outside the runs directory" in row["error"] and row["variant"] is None
     with pytest.raises(ex.OutsideRoot):
-        ex.read_run_info(ex.open_root(tmp_path / "runs"), runs_dir)
+        ex.open_run(ex.open_root(tmp_path / "runs"), runs_dir)
 
 
 def test_each_figure_declares_the_groups_it_draws():
@@ -168,7 +168,7 @@ def test_figures_outside_the_root_are_listed_not_opened(root, tmp_path):
 # --------------------------------------------------------------------------- models, inputs, attention
 def test_model_and_eval_example(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
-    task = ex.run_task(root, explorer_runs["standard"])
+    task = ex.task_of(root, explorer_runs["standard"])
     assert task.name == "retrieval" and task.params["pairs"] == 3
     tokens, mask = task.eval_set(64)
     example = em.eval_example(task, 5)
@@ -198,7 +198,7 @@ def test_parse_token_ids():
 
 def test_attention_patterns_are_the_hooked_patterns(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
-    tokens = em.eval_example(ex.run_task(root, explorer_runs["standard"]), 0).tokens
+    tokens = em.eval_example(ex.task_of(root, explorer_runs["standard"]), 0).tokens
     patterns = em.attention_patterns(model, tokens)
     _, cache = model.run_with_cache(tokens[None])
     assert patterns.shape == (2, 2, len(tokens), len(tokens))
@@ -242,7 +242,7 @@ def test_text_run_takes_typed_text_and_never_needs_its_corpus(root, explorer_run
     moved = tmp_path / "text.txt"
     shutil.move(corpus, moved)  # the corpus is outside the runs directory: the explorer must not need it
     try:
-        assert ex.run_task(root, explorer_runs["lm"]) is None
+        assert ex.task_of(root, explorer_runs["lm"]) is None
         model = ex.load_run_model(root, explorer_runs["lm"])
         example = em.text_example(model, "the fox\n")
         assert example.labels[0] == "<|endoftext|>" and example.labels[-1] == "\\n" and "␣" in example.labels
@@ -301,7 +301,7 @@ def test_repeated_pattern(root, explorer_runs):
 # --------------------------------------------------------------------------- predictions, parameters, comparisons
 def test_top_k_next_matches_the_logits(root, explorer_runs):
     model = ex.load_run_model(root, explorer_runs["standard"])
-    task = ex.run_task(root, explorer_runs["standard"])
+    task = ex.task_of(root, explorer_runs["standard"])
     tokens = em.eval_example(task, 0).tokens
     top = em.top_k_next(model, tokens, 3, k=4, task=task)
     probs = model(tokens[None])[0, 3].softmax(-1)

@@ -14,14 +14,15 @@ import pytest
 import torch
 
 from mixit_lab import figures
-from mixit_lab.analysis.runs import by_loss, load_runs
-from mixit_lab.figures import FIGURE_NAMES, FigureError, Runs, make_all
+from mixit_lab.analysis.runs import RunSet, by_loss, load_runs
+from mixit_lab.figures import FIGURE_NAMES, FigureError, make_all
 from mixit_lab.figures.common import NoData, best_config, default_out_dir, param
 from mixit_lab.figures.style import VARIANT_ORDER, VARIANT_STYLES, order_variants, paper_style, save, variant_style
 from mixit_lab.models import VARIANTS
 from mixit_lab.training import TrainConfig, train
-from mixit_lab.training.record import judged_by_loss
+from mixit_lab.training.run import judged_by_loss
 from mixit_lab.training.benchmark import COLUMNS as SPEED_COLUMNS
+from conftest import count_run_file_opens, read_more_than_once
 from mixit_lab.training.benchmark import measure_throughput
 from mixit_lab.cli.main import main
 from conftest import ROOT
@@ -145,9 +146,9 @@ def _tuning_record(root: Path, sentences: Path, text: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(runs_dir) -> Runs:
+def runs(runs_dir) -> RunSet:
     """The runs folder as every figure draws from it (its table read once, as make_all shares it)."""
-    return Runs(runs_dir)
+    return RunSet(runs_dir)
 
 
 def _is_png(path: Path) -> bool:
@@ -194,11 +195,11 @@ def _count_loads(monkeypatch) -> list:
     calls: list = []
     original = mixit_lab.analysis.runs.load_runs
 
-    def counted(root):
+    def counted(root, *args):
         calls.append(root)
-        return original(root)
+        return original(root, *args)
 
-    for module in [mixit_lab.analysis.runs, *(m for n, m in list(sys.modules.items()) if n.split(".")[0] == "figures")]:
+    for module in [mixit_lab.analysis.runs, *(m for n, m in list(sys.modules.items()) if n.startswith("mixit_lab.figures"))]:
         if getattr(module, "load_runs", None) is original:
             monkeypatch.setattr(module, "load_runs", counted)
     return calls
@@ -212,20 +213,36 @@ def test_make_all_reads_the_runs_folder_once_for_every_figure(runs_dir, tmp_path
     results = make_all(runs_dir, tmp_path / "out")
     assert all(isinstance(r, list) for r in results.values()), results  # every figure drawn, from one reading
     assert len(loads) == 1
-    pd.testing.assert_frame_equal(Runs(runs_dir).table, before)  # no figure changed the table it shared
+    pd.testing.assert_frame_equal(RunSet(runs_dir).frame(), before)  # no figure changed the table it shared
     make_all(runs_dir, tmp_path / "again", only=["retrieval_pairs", "beyond"], runs=before)
     make_all(runs_dir, tmp_path / "files", only=["speed", "signal_depth"])
     assert len(loads) == 2  # a table passed in is not read again; figures of the folder's own files read none
 
 
+def test_the_figures_and_the_report_read_each_run_file_once(runs_dir, tmp_path, monkeypatch):
+    """What `mixit reproduce` does after training: one RunSet whose Runs the figures and the report share, so that
+    every file of every run (run.json, summary.json, metrics.jsonl, analysis.json, each analysis table, the
+    dynamics table) is opened once at most, however many figures and tables read it."""
+    from mixit_lab.reproduce.report import write_report
+
+    opened = count_run_file_opens(runs_dir, monkeypatch)
+    runs = RunSet(runs_dir).frame()
+    results = make_all(runs_dir, tmp_path / "figures", runs=runs, workers=1)
+    write_report(runs_dir, tmp_path / "report", {"preset": "tiny"}, tmp_path / "figures", runs=runs)
+    assert sum(isinstance(r, list) for r in results.values()) >= 10 and (tmp_path / "report" / "report.md").is_file()
+    names = {p.name for p in opened}
+    assert {"run.json", "summary.json", "metrics.jsonl", "analysis.json", "heads.csv", "memory.csv"} <= names, names
+    assert read_more_than_once(opened, runs_dir) == {}
+
+
 def test_figures_draw_the_table_they_are_given(runs):
-    retrieval = runs.table[runs.table["group"] == "retrieval"]
-    fig = figures.FIGURES["task_accuracy"].plot(Runs(runs.folder, retrieval))
+    retrieval = runs.frame()[runs.frame()["group"] == "retrieval"]
+    fig = figures.FIGURES["task_accuracy"].plot(RunSet(runs.root, retrieval))
     assert all("retrieval" in t.get_text() for t in fig.axes[0].get_xticklabels())
     with pytest.raises(NoData, match="language-modeling"):
-        figures.FIGURES["lm_curves"].plot(Runs(runs.folder, retrieval))
+        figures.FIGURES["lm_curves"].plot(RunSet(runs.root, retrieval))
     with pytest.raises(NoData, match="not a directory"):
-        figures.FIGURES["retrieval_pairs"].plot(runs.folder / "missing")  # a folder is read into a Runs
+        figures.FIGURES["retrieval_pairs"].plot(runs.root / "missing")  # a folder is read into a RunSet
 
 
 def test_figures_drawn_by_two_processes_are_the_files_one_process_draws(runs_dir, tmp_path):
@@ -490,9 +507,9 @@ def test_the_overlap_check_sees_text_drawn_over_text():
 
 
 # --------------------------------------------------------------------------- each figure draws the data it names
-def _runs(runs: Runs, group: str) -> pd.DataFrame:
+def _runs(runs: RunSet, group: str) -> pd.DataFrame:
     """The runs of one study group, from the table the figures draw from."""
-    table = runs.table
+    table = runs.frame()
     return table[table["group"] == group].reset_index(drop=True)
 
 
@@ -533,7 +550,7 @@ def test_lm_curves_draw_each_variants_eval_loss_against_step(runs):
 
 
 def test_speed_bars_are_each_variants_throughput(runs):
-    speed = pd.read_csv(runs.folder / "speed" / "speed.csv")
+    speed = pd.read_csv(runs.root / "speed" / "speed.csv")
     fig = figures.FIGURES["speed"].plot(runs)
     ax = fig.axes[0]
     heights = np.array([bar.get_height() for bar in ax.patches])
@@ -585,7 +602,7 @@ def _panels(fig) -> dict:
 def test_components_cells_are_the_analysis_medians(runs):
     from mixit_lab.analysis.component_map import who_does_the_work
 
-    work = who_does_the_work(runs.table, per_layer=True)
+    work = who_does_the_work(runs.frame(), per_layer=True)
     panels = _panels(figures.FIGURES["components"].plot(runs))
     tasks = {"khop (2L)": "khop(alphabet=4, hops=1, length=8)",  # row label: only the parameters that differ
              "memorize n=2 (1L)": "memorize(d=2, n=2)", "memorize n=3 (1L)": "memorize(d=2, n=3)"}
@@ -691,11 +708,11 @@ def test_learning_rate_figures_draw_the_records_grid_and_the_chosen_rates_seeds(
     assert list(mixit.get_ydata()) == pytest.approx([100 * (0.9 - 0.3 * abs(np.log10(lr / 3e-3))) for lr in GRID_LRS])
     points = {c.get_gid(): c for ax in fig.axes for c in ax.collections if c.get_gid()}
     seeds = points["seeds|mixit|retrieval(num_values=4, pairs=3)"].get_offsets()
-    trained = runs.table.query("group == 'retrieval' and variant == 'mixit' and task_label.str.contains('pairs=3')")
+    trained = runs.frame().query("group == 'retrieval' and variant == 'mixit' and task_label.str.contains('pairs=3')")
     assert seeds[:, 0].tolist() == [3e-3] and seeds[:, 1].tolist() == pytest.approx(list(100 * trained["eval_acc"]))
     bits = figures.FIGURES["lr_memorize"].plot(runs)
     memorize = [line for ax in bits.axes for line in ax.get_lines() if (line.get_gid() or "").startswith("standard|")]
     assert len(memorize) == 2 and list(memorize[0].get_ydata()) == pytest.approx([1.5 - 0.2 * abs(np.log10(lr / 3e-3))
                                                                                  for lr in GRID_LRS])
     with pytest.raises(NoData, match="no tuning record"):
-        figures.FIGURES["lr_lm"].plot(Runs(runs.folder / "lm"))
+        figures.FIGURES["lr_lm"].plot(RunSet(runs.root / "lm"))

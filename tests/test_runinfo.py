@@ -1,5 +1,5 @@
-"""run.json has one parser: mixit_lab.training.rundir.read_run_info, giving a typed RunInfo (mixit_lab.training.runinfo), and
-mixit_lab.training.record.read_run_record adds the run's summary and its analysis on demand."""
+"""run.json has one parser: mixit_lab.training.rundir.read_run_info, giving a typed RunInfo (mixit_lab.training.runinfo),
+and a Run (mixit_lab.training.run) adds the run's summary, metrics and analysis, each read on demand and once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from mixit_lab.training import TrainConfig, train
-from mixit_lab.training.record import RunRecord, read_run_record
+from mixit_lab.training.run import Run
 from mixit_lab.training.rundir import read_run_info, run_lock
 from mixit_lab.training.runinfo import ALLOWED_KEYS, Provenance, RunInfo
 
@@ -81,15 +81,18 @@ def _write(tmp_path: Path, data) -> Path:
 def test_a_trained_runs_record_is_typed(run_dir):
     info = read_run_info(run_dir)
     assert isinstance(info, RunInfo) and info.path == run_dir / "run.json" and info.run_dir == run_dir
-    assert info.train["steps"] == 2 and info.model.d_model == 16 and info.model.n_layers == 1
+    assert info.train.steps == 2 and info.model.d_model == 16 and info.model.n_layers == 1
     assert info.task.name == "addition" and info.task.params["digits"] == 2
     assert info.task.import_path.endswith(":Addition") and info.task.data_fingerprint is None
     assert isinstance(info.provenance, Provenance) and info.provenance.command
     assert info.provenance.versions["torch"]
     with pytest.raises(Exception):  # frozen
         info.train = {}  # type: ignore[misc]
-    with pytest.raises(TypeError):  # the sections are read-only
-        info.train["steps"] = 3  # type: ignore[index]
+    changed = info.train
+    changed.steps, changed.task_params["digits"] = 3, 9  # a copy: the record, shared by every reader, stays
+    assert read_run_info(run_dir).train.steps == 2 and read_run_info(run_dir).train.task_params == {"digits": 2}
+    with pytest.raises(TypeError):  # the file's sections are read-only
+        info["train"]["steps"] = 3  # type: ignore[index]
     assert info["train"]["steps"] == 2 and info.to_dict()["task"]["name"] == "addition"  # the file's own form
 
 
@@ -144,27 +147,52 @@ def test_the_data_fingerprint_is_checked_in_one_place(tmp_path):
         info.check_data(Task())
 
 
-def test_a_run_record_adds_the_summary_and_reads_the_analysis_when_asked(run_dir, tmp_path):
-    record = read_run_record(run_dir)
-    assert isinstance(record, RunRecord) and isinstance(record.train, TrainConfig) and record.train.steps == 2
-    assert record.status == "finished" and record.message is None and record.metrics["step"] == 2
+def test_a_run_adds_the_summary_and_reads_the_analysis_when_asked(run_dir, tmp_path):
+    record = Run(run_dir)
+    assert isinstance(record.train_config, TrainConfig) and record.train_config.steps == 2
+    assert isinstance(read_run_info(run_dir).train, TrainConfig)  # run.json's train section, typed
+    assert record.status == "finished" and record.message is None and record.scores["step"] == 2
     assert record.analysis() is None and record.analysis_summary("memory") is None
+    assert [m["step"] for m in record.metrics][-1] == 2
     run = _write(tmp_path, (run_dir / "run.json").read_text())
-    assert read_run_record(run).status == "interrupted" and read_run_record(run).metrics == {}  # no process writes it
+    assert Run(run).status == "interrupted" and Run(run).scores == {}  # no process writes it
     with run_lock(run):
-        assert read_run_record(run).status == "running"
+        assert Run(run).status == "running"
     (run / "summary.json").write_text(json.dumps({"status": "diverged", "message": "non-finite loss at step 1"}))
-    record = read_run_record(run)
+    record = Run(run)
     assert (record.status, record.message) == ("diverged", "non-finite loss at step 1")
     (run / "analysis").mkdir()
     (run / "analysis" / "analysis.json").write_text(json.dumps({"summary": {"memory": {"bits": 3.0}}}))
     assert record.analysis_summary("memory") == {"bits": 3.0}  # read now, on demand
     (run / "summary.json").write_text("{oops")
     with pytest.raises(ValueError, match="summary.json: cannot read run summary"):
-        read_run_record(run)
+        Run(run).status
+    assert record.status == "diverged"  # a Run keeps what it read
+
+
+def test_a_run_reads_each_file_once(run_dir, tmp_path):
+    """A Run's files are read on first use and kept: removed afterwards, they still answer (what lets the report,
+    the figures and the explorer share one Run per run and read each file once)."""
+    import shutil
+
+    from mixit_lab.analysis.runs import read_analysis_table, read_metrics
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    (copy / "analysis").mkdir(exist_ok=True)
+    (copy / "analysis" / "analysis.json").write_text(json.dumps({"summary": {"memory": {"bits": 3.0}}}))
+    (copy / "analysis" / "heads.csv").write_text("layer,head,induction,previous_token\n0,0,0.5,0.1\n")
+    run = Run(copy)
+    seen = (run.info.train.steps, run.status, len(run.metrics), run.analysis_summary("memory"),
+            len(read_analysis_table(run, "heads")), len(read_metrics(run)))
+    for name in ("run.json", "summary.json", "metrics.jsonl", "analysis"):
+        shutil.rmtree(copy / name) if (copy / name).is_dir() else (copy / name).unlink()
+    assert (run.info.train.steps, run.status, len(run.metrics), run.analysis_summary("memory"),
+            len(read_analysis_table(run, "heads")), len(read_metrics(run))) == seen
+    assert Run(copy) == run and hash(Run(copy)) == hash(run)  # one directory, one Run
 
 
 def test_a_train_section_trainconfig_refuses_is_named_as_run_json(tmp_path):
     run = _write(tmp_path, {"train": {"task": "addition", "stepz": 3}})
     with pytest.raises(ValueError, match=r"run.json: train: unknown train config keys \['stepz'\]"):
-        read_run_record(run)
+        read_run_info(run)

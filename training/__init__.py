@@ -7,7 +7,7 @@ directory, loading a run back, sweeps and data-parallel runs. The `mixit` comman
     summary = train(TrainConfig(task="addition", task_params={"digits": 3}, steps=200), "runs/add3")
     run = load_run(summary["run_dir"])   # run.model, run.task, run.train_config, run.summary, run.metrics
 
-Each name is imported from its module on first use, so that what only reads run folders (mixit_lab.training.record,
+Each name is imported from its module on first use, so that what only reads run folders (mixit_lab.training.run,
 mixit_lab.training.config: the figures, `mixit figures`) starts without torch.
 """
 
@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import TrainConfig
-    from .run import Run, load_run, run_task
+    from .rebuild import run_task
+    from .run import Run, load_run
     from .tasks import TASKS, Task, TrainStream, get_task, register_task
     from .loss import evaluate
     from .trainer import TrainingDiverged, train
 
-_WHERE = {"TrainConfig": "config", "Run": "run", "load_run": "run", "run_task": "run", "TASKS": "tasks", "Task": "tasks",
+_WHERE = {"TrainConfig": "config", "Run": "run", "load_run": "run", "run_task": "rebuild", "TASKS": "tasks", "Task": "tasks",
           "TrainStream": "tasks", "get_task": "tasks", "register_task": "tasks", "TrainingDiverged": "trainer",
           "evaluate": "loss", "train": "trainer"}
 __all__ = sorted(_WHERE)

@@ -3,7 +3,7 @@
     from mixit_lab.training.rundir import read_run_info
     info = read_run_info("runs/quick/algorithmic/addition__standard__d64_l2_h4__lr0.001__s0")
     info.task.name, info.task.params, info.task.import_path, info.task.data_fingerprint
-    info.model.n_ctx, info.provenance.git_commit, info.train["steps"]
+    info.model.n_ctx, info.provenance.git_commit, info.train.steps
     info.check_data(task)                 # ValueError if the task's corpus or tokenizer changed since training
 
 run.json holds the train config (TrainConfig fields), the model config, the task (its name, the import path of
@@ -12,9 +12,8 @@ command that trained it (mixit_lab.training.provenance.provenance). `RunInfo.fro
 `mixit_lab.training.rundir.read_run_info` the one function that opens the file. Unknown keys are refused, so a field
 renamed in one place and not the other is found at once.
 
-The train section stays the mapping run.json holds: TrainConfig lives in mixit_lab.training.trainer, which imports
-mixit_lab.training.rundir, so typing it here would close an import cycle. `mixit_lab.training.record.read_run_record` gives it typed
-(`RunRecord.train`, a TrainConfig), with the run's summary beside it.
+The train section is a TrainConfig (a key it does not know, or a bad value, is run.json's error); the section as the
+file holds it is `info["train"]`. `mixit_lab.training.run.Run` adds the run's summary, metrics and analyses.
 
 A RunInfo is also a read-only Mapping of run.json's sections as the file holds them (`info["train"]`,
 `info.get("task")`): the transitional interface of readers not yet switched to the attributes (the trainer's
@@ -31,6 +30,8 @@ from types import MappingProxyType
 from typing import Any, Iterator
 
 from mixit_lab.models.config import ModelConfig
+
+from .config import TrainConfig
 
 __all__ = ["Provenance", "RunInfo", "TaskChanged", "TaskInfo"]
 
@@ -74,11 +75,11 @@ ALLOWED_KEYS = (*SECTIONS, *(f.name for f in dataclasses.fields(Provenance)))
 
 @dataclass(frozen=True, eq=False)
 class RunInfo(Mapping):
-    """One run's run.json, parsed: `train` (TrainConfig fields, read-only), `model` (None in a run.json written by
+    """One run's run.json, parsed: `train` (a TrainConfig), `model` (None in a run.json written by
     hand without one), `task`, `provenance`; `path` is the file, named in every error."""
 
     path: Path
-    train: Mapping[str, Any]
+    _train: TrainConfig
     model: ModelConfig | None
     task: TaskInfo
     provenance: Provenance
@@ -104,8 +105,20 @@ class RunInfo(Mapping):
         except (ValueError, TypeError) as e:
             raise ValueError(f"{path}: model: {e}") from None
         raw = _copied(data)
-        return cls(path=path, train=MappingProxyType(raw["train"]), model=model, task=_task_info(raw, path),
+        raw["train"] = MappingProxyType(raw["train"])  # read-only, as the record
+        try:
+            train_config = TrainConfig.from_dict(_copied(raw["train"]))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: train: {e}") from None
+        return cls(path=path, _train=train_config, model=model, task=_task_info(raw, path),
                    provenance=_provenance(raw, path), _raw=MappingProxyType(raw))
+
+    @property
+    def train(self) -> TrainConfig:
+        """run.json's train section as a TrainConfig: a copy (records are shared by every reader of the file)."""
+        return dataclasses.replace(self._train, **{f.name: _copied(getattr(self._train, f.name))
+                                                   for f in dataclasses.fields(self._train)
+                                                   if isinstance(getattr(self._train, f.name), (dict, list))})
 
     @property
     def run_dir(self) -> Path:
@@ -126,7 +139,7 @@ class RunInfo(Mapping):
             raise TaskChanged(f"{self.path}: the {self.task.name} data (corpus or tokenizer) differ from those the run "
                               "was trained on")
         saved = self.task.eval_fingerprint
-        if saved is not None and saved != task.eval_fingerprint(self.train.get("eval_samples")):
+        if saved is not None and saved != task.eval_fingerprint(self.train.eval_samples):
             raise TaskChanged(f"{self.path}: task {self.task.name!r} rebuilt here gives other held-out rows than the run "
                              "was evaluated on: its rule, generator or data changed since training")
 
@@ -149,7 +162,7 @@ class RunInfo(Mapping):
 def _copied(value: Any) -> Any:
     """A copy of parsed JSON (dicts and lists copied all the way down, other values shared): what deepcopy gives for
     such data, several times faster (a runs table copies thousands of run.json files)."""
-    if isinstance(value, dict):
+    if isinstance(value, (dict, MappingProxyType)):
         return {k: _copied(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_copied(v) for v in value)

@@ -34,9 +34,9 @@ def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[st
     except ValueError as e:  # cut short, not JSON, ...: RunDamaged names the file and what to do
         raise RunDamaged(run_dir, e) from None
     wanted = cfg.to_dict()
-    if plain(dict(info.train)) == plain(wanted):  # the usual case, said without building two models
+    if plain(info["train"]) == plain(wanted):  # the usual case, said without building two models
         return []
-    saved = _effective(type(cfg).from_dict(dict(info.train)).to_dict())
+    saved = _effective(info.train.to_dict())
     wanted = _effective(wanted)
     return [(k, saved[k], wanted[k]) for k in wanted if k not in IGNORED_SETTINGS and saved[k] != wanted[k]]
 

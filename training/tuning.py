@@ -33,7 +33,7 @@ import pandas as pd
 
 from mixit_lab.models.files import read_json, write_json
 
-from .record import judged_by_loss
+from .run import judged_by_loss
 from .rundir import DATA_CACHE_DIR, TUNING_FILE, is_finished, read_summary
 from .settings import plain
 from .settings import IGNORED_SETTINGS

@@ -30,14 +30,14 @@ def computed_head_table(root: str, run_dir: str, stamp: tuple, step: int | None 
 def computed_patching(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, str]:
     """Head-level activation patching: stored (final checkpoint) or computed now."""
     model = None if step is None else ui.cached_model(root, run_dir, stamp, step)
-    return ex.patching_table(Path(root), run_dir, model)
+    return ex.patching_table(Path(root), run_dir, model, final_model=lambda: ui.cached_model(root, run_dir, stamp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def computed_components(root: str, run_dir: str, stamp: tuple, step: int | None = None) -> tuple[pd.DataFrame, str]:
     """Who does the work (mixit_lab.analysis.components): stored (final checkpoint) or computed now."""
     model = None if step is None else ui.cached_model(root, run_dir, stamp, step)
-    return ex.components_table(Path(root), run_dir, model)
+    return ex.components_table(Path(root), run_dir, model, final_model=lambda: ui.cached_model(root, run_dir, stamp))
 
 
 def head_table(root: Path, row: pd.Series, step: int | None = None) -> tuple[pd.DataFrame, dict, str, int | None]:

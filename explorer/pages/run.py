@@ -76,7 +76,7 @@ def curves_tab(root: Path, row: pd.Series) -> None:
 def config_tab(root: Path, row: pd.Series) -> None:
     """run.json: training, model, task and provenance."""
     try:
-        info = ex.read_run_info(root, row["path"])
+        info = ex.open_run(root, row["path"]).info
     except (ValueError, OSError) as e:
         st.error(ui.plain(e))
         return
