@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from mixit_lab.models.checkpoint import WEIGHTS_FILE
-from mixit_lab.models.config import grid_label
+from mixit_lab.models.grid import grid_label
 from mixit_lab.training.config import TrainConfig
 from mixit_lab.training.pool import fork_workers, forked_map
 from mixit_lab.training.record import analysis_summary, judged_by_loss, read_analysis, read_run_record
