@@ -260,7 +260,7 @@ def default_position(example: Example) -> int:
 
 
 def parameter_table(model) -> pd.DataFrame:
-    """Trainable and frozen parameters per component of mixit_lab.models.config.COMPONENTS (embed, pos, qk, v, o, mix, ...)."""
+    """Trainable and frozen parameters per component of mixit_lab.models.vocabulary.COMPONENTS (embed, pos, qk, v, o, mix, ...)."""
     df = pd.DataFrame(model.parameter_table())
     df["total"] = df["trainable"] + df["frozen"]
     return df

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from mixit_lab.models.config import grid_label
+from mixit_lab.models.grid import grid_label
 from mixit_lab.training.config import TrainConfig
 from mixit_lab.training.pool import fork_workers, forked_map
 from mixit_lab.training.run import RecordedRun, Run, judged_by_loss

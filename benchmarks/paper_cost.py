@@ -35,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from mixit_lab.models import VARIANTS, ModelConfig, build_model  # noqa: E402
 from mixit_lab.reproduce.preset import load_preset  # noqa: E402
 from mixit_lab.training.tasks import TASKS, get_task  # noqa: E402
-from mixit_lab.models.config import grid_extra  # noqa: E402
+from mixit_lab.models.model_extra import grid_extra  # noqa: E402
 from mixit_lab.training.sweep import variant_entry  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.precision import autocast_for  # noqa: E402

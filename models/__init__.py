@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .checkpoint import CheckpointError, save_model
-from .config import VARIANTS, ModelConfig, VariantSpec
+from .config import ModelConfig
+from .variants import VARIANTS, VariantSpec
 
 if TYPE_CHECKING:
     from .transformer import Transformer, load_model

@@ -1,119 +1,23 @@
-"""Model configuration and the registry of variants.
+"""Model configuration: `ModelConfig`, and which of its fields change which models.
 
 `ModelConfig` is the single description of a model: it is what `build_model` takes,
 what `config.json` in a checkpoint holds, and (with the seed) all that is needed to
-rebuild a model bit for bit. `VARIANTS` is the one registry of what each variant
-trains, freezes and replaces.
+rebuild a model bit for bit. The variant it names is in `VARIANTS` (models/variants.py),
+its `freeze` entries follow the grammar of models/freeze_spec.py, and its label is
+`grid_label` (models/grid.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-AttentionKind = Literal["softmax", "shaped", "mixing", "learned"]
-ATTENTION_KINDS = ("softmax", "shaped", "mixing", "learned")
-
-# The trainability grid: each component names the parameters it covers; `{layer}` is one layer's index
-# (a per-layer entry such as "qk@1") or any layer. `ModelConfig.freeze` freezes components at their init;
-# FreezeEntry below is the grammar of one entry, docs/guides/variants.md what each component means.
-COMPONENTS: dict[str, str] = {
-    "embed": r"embed\.W_E",
-    "pos": r"pos_embed\.W_pos",
-    "qk": r"blocks\.{layer}\.attn\.[Wb]_[QK]",
-    "q": r"blocks\.{layer}\.attn\.[Wb]_Q",
-    "k": r"blocks\.{layer}\.attn\.[Wb]_K",
-    "v": r"blocks\.{layer}\.attn\.[Wb]_V",
-    "o": r"blocks\.{layer}\.attn\.[Wb]_O",
-    "mix": r"blocks\.{layer}\.attn\.A_learned",  # the trainable matrices of "learned" attention
-    "mlp": r"blocks\.{layer}\.mlp\..*",
-    "norms": r"blocks\.{layer}\.ln[12]\.w",  # plain "norms" also covers ln_final (EVERY_LAYER_ALSO)
-    "ln_final": r"ln_final\.w",
-    "unembed": r"unembed\..*|classifier\..*",
-}
-PER_LAYER = ("qk", "q", "k", "v", "o", "mix", "mlp", "norms")
-# Components whose parameters are stacked by head on their first dimension (W_Q [head, d_model, d_head],
-# b_Q [head, d_head], W_O [head, d_head, d_model], A_learned [head, q, k]): one head can be frozen ("v@0.h1").
-PER_HEAD = ("qk", "q", "k", "v", "o", "mix")
-# b_O [d_model] is shared by every head: a head entry of "o" freezes W_O[head] and leaves b_O trained.
-SHARED_BY_HEADS = ("b_O",)
-# What a component without a layer covers besides its own layers' parameters. Plain "norms" has always frozen
-# ln_final too, and checkpoints saved with freeze ["norms"] must build the model they were trained as; "norms@1"
-# is layer 1's ln1/ln2 only, "ln_final" the final norm alone.
-EVERY_LAYER_ALSO = {"norms": "ln_final"}
-PAIRS = {"qk": ("q", "k")}  # "qk" is "q" and "k" together: canonical lists write the pair as "qk"
-
-
-def component_of(param_name: str) -> str:
-    """The component of COMPONENTS that holds parameter `param_name`: the first whose pattern matches, in any layer
-    (blocks.0.attn.W_Q -> "qk": q and k count together, as canonical freeze lists write them). The one component
-    vocabulary: freezing and the parameter table (Transformer.parameter_table) both read COMPONENTS."""
-    for component, pattern in COMPONENTS.items():
-        if re.fullmatch(pattern.replace("{layer}", r"\d+"), param_name):
-            return component
-    raise ValueError(f"parameter {param_name!r} is in no component; allowed: names matching COMPONENTS "
-                     f"({', '.join(COMPONENTS)}) in models/config.py")
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """What one model variant changes relative to a standard Llama-style decoder."""
-
-    name: str
-    description: str
-    attention: AttentionKind = "softmax"
-    positions: Literal["rotary", "learned"] = "rotary"
-    # Shaped LeakyReLU MLP, scaled residual branches and width-scaled linear outputs.
-    shaped: bool = False
-    # Regexes over parameter names; a parameter matching `frozen` keeps its init.
-    frozen: tuple[str, ...] = ()
-    # If set, *only* parameters matching one of these are trained (the rest are frozen).
-    trained_only: tuple[str, ...] | None = None
-
-    def is_frozen(self, param_name: str) -> bool:
-        """True if the parameter `param_name` keeps its initial value in this variant."""
-        if self.trained_only is not None:
-            return not any(re.fullmatch(p, param_name) for p in self.trained_only)
-        return any(re.fullmatch(p, param_name) for p in self.frozen)
-
-
-VARIANTS: dict[str, VariantSpec] = {
-    spec.name: spec
-    for spec in [
-        VariantSpec("standard", "everything trained"),
-        VariantSpec(
-            "frozen_qk",
-            "query and key projections frozen at their random init",
-            frozen=(r"blocks\.\d+\.attn\.[Wb]_[QK]",),
-        ),
-        VariantSpec(
-            "frozen_mlp",
-            "every MLP weight and bias frozen at init",
-            frozen=(r"blocks\.\d+\.mlp\..*",),
-        ),
-        VariantSpec(
-            "mixit",
-            "attention replaced by fixed random mixing matrices (one sink head per layer)",
-            attention="mixing",
-            positions="learned",
-            shaped=True,
-        ),
-        VariantSpec(
-            "random",
-            "only embeddings and the output layer (unembedding or classifier) trained (Zhong & Andreas 2024)",
-            trained_only=(r"embed\..*", r"pos_embed\..*", r"unembed\..*", r"classifier\..*"),
-        ),
-        VariantSpec(
-            "shaped",
-            "shaped attention I + softmax(QK^T/tau) - C with shaped MLP and residuals",
-            attention="shaped",
-            shaped=True,
-        ),
-    ]
-}
+from .freeze_spec import FreezeEntry, _check, canonical_freeze
+from .grid import _entries, grid_label
+from .variants import VARIANTS, VariantSpec
+from .vocabulary import ATTENTION_KINDS, COMPONENTS
 
 
 # Fields that change only some models: field -> whether a model (variant spec, its layers' attention kinds) uses it.
@@ -142,137 +46,6 @@ def field_users(name: str) -> str:
     where = f"variant{'s' * (len(variants) > 1)} {', '.join(variants)}"
     where += f" and layers with attention {' or '.join(kinds)} (--attention)" if kinds else ""
     return where + (", in bidirectional models (causal=False, as classifiers)" if name in BIDIRECTIONAL_ONLY else "")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def _entries(name: str, value: Any) -> list[str]:
-    """A grid field as a list of strings: "qk,mlp" (the command line's form) or ["qk", "mlp"]."""
-    if isinstance(value, str):
-        value = value.split(",")
-    _check(isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
-           f"{name}={value!r} must be a comma-separated string or a list of strings")
-    return [v.strip() for v in value if v.strip()]
-
-
-@dataclass(frozen=True)
-class FreezeEntry:
-    """One `freeze` entry: a component in every layer ("v"), in one ("v@1"), or one head of one layer ("v@1.h2")."""
-
-    component: str
-    layer: int | None = None
-    head: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> "FreezeEntry":
-        """Parse "component[@LAYER[.hHEAD]]"; ranges are checked against a model's shape by `check_shape`."""
-        component, at, scope = text.partition("@")
-        base, dot, after = component.partition(".")
-        _check(at or not dot, f"freeze entry {text!r}: a head needs a layer; write e.g. {base}@0.{after}")
-        _check(component in COMPONENTS, f"freeze entry {text!r}: {component!r} is not one of: {', '.join(COMPONENTS)}")
-        if not at:
-            return cls(component)
-        _check(component in PER_LAYER,
-               f"freeze entry {text!r}: only {', '.join(PER_LAYER)} can be frozen in one layer")
-        layer, dot, head = scope.partition(".")
-        _check(re.fullmatch(r"[0-9]+", layer) is not None,
-               f"freeze entry {text!r}: {layer!r} after '@' is not a layer number; write {component} (every layer) "
-               f"or {component}@LAYER (one layer)")
-        if not dot:
-            return cls(component, int(layer))
-        _check(component in PER_HEAD, f"freeze entry {text!r}: only {', '.join(PER_HEAD)} can be frozen in one head")
-        _check(re.fullmatch(r"h[0-9]+", head) is not None,
-               f"freeze entry {text!r}: head {head!r} is not h followed by a head number, e.g. {component}@{layer}.h0")
-        return cls(component, int(layer), int(head[1:]))
-
-    def __str__(self) -> str:
-        layer = "" if self.layer is None else f"@{self.layer}"
-        return self.component + layer + ("" if self.head is None else f".h{self.head}")
-
-    def check_shape(self, n_layers: int, n_heads: int) -> None:
-        """Refuse a layer or head the model does not have."""
-        _check(self.layer is None or self.layer < n_layers,
-               f"freeze entry {str(self)!r}: layer '{self.layer}' is not one of 0..{n_layers - 1}")
-        _check(self.head is None or self.head < n_heads,
-               f"freeze entry {str(self)!r}: head 'h{self.head}' is not one of h0..h{n_heads - 1}")
-
-    def pattern(self) -> str:
-        """The regex of the parameter names this entry touches (wholly, or a head's slice of them)."""
-        pattern = COMPONENTS[self.component].replace("{layer}", r"\d+" if self.layer is None else str(self.layer))
-        if self.layer is None and self.component in EVERY_LAYER_ALSO:
-            pattern += "|" + COMPONENTS[EVERY_LAYER_ALSO[self.component]]
-        return pattern
-
-    def covers(self, param_name: str) -> bool:
-        """Whether this entry keeps `param_name`, or (a head entry) its slice [head], at init."""
-        if self.head is not None and param_name.rsplit(".", 1)[-1] in SHARED_BY_HEADS:
-            return False
-        return re.fullmatch(self.pattern(), param_name) is not None
-
-    def absorbs(self, other: "FreezeEntry") -> bool:
-        """Whether this entry freezes everything `other` does (and is another entry): "v" absorbs "v@0", "v@0.h1"."""
-        if self == other:
-            return False
-        if self.layer is None and EVERY_LAYER_ALSO.get(self.component) == other.component:
-            return True
-        if self.component != other.component:
-            return False
-        return self.layer is None or (self.layer == other.layer and self.head is None)
-
-    def sort_key(self) -> tuple[int, int, int]:
-        """Component in COMPONENTS' order, then layer, then head; every layer (or head) before one."""
-        return list(COMPONENTS).index(self.component), -1 if self.layer is None else self.layer, \
-            -1 if self.head is None else self.head
-
-
-def canonical_freeze(entries: list[FreezeEntry]) -> list[FreezeEntry]:
-    """One list per set of frozen weights: "qk" split into "q" and "k", duplicates and entries a broader one
-    covers dropped ("v" absorbs "v@0", "norms" absorbs "ln_final"), "q" and "k" of one scope joined back
-    into "qk", sorted by component (COMPONENTS' order), layer, head. Needs no model shape, so a run's
-    name (grid_name) and its model's label agree; entries that together cover every layer are not merged."""
-    split = {FreezeEntry(part, e.layer, e.head) for e in entries for part in PAIRS.get(e.component, (e.component,))}
-    kept = {e for e in split if not any(other.absorbs(e) for other in split)}
-    for pair, (first, second) in PAIRS.items():
-        for e in [e for e in kept if e.component == first]:
-            partner = FreezeEntry(second, e.layer, e.head)
-            if partner in kept:
-                kept -= {e, partner}
-                kept.add(FreezeEntry(pair, e.layer, e.head))
-    return sorted(kept, key=FreezeEntry.sort_key)
-
-
-def _freeze_names(freeze: Any) -> list[str]:
-    """A freeze list as its canonical entries (canonical_freeze), for names and labels; as given if it does not
-    parse (a label is no place to refuse it: ModelConfig does, naming the bad entry)."""
-    entries = _entries("freeze", freeze or [])
-    try:
-        return [str(e) for e in canonical_freeze([FreezeEntry.parse(e) for e in entries])]
-    except ValueError:
-        return entries
-
-
-def grid_label(variant: str, freeze: Any = (), attention: Any = ()) -> str:
-    """'variant', or 'variant [freeze v,o; attention mixing,softmax]' for a grid model (freeze in canonical order)."""
-    parts = [f"{name} {','.join(entries)}"
-             for name, entries in (("freeze", _freeze_names(freeze)), ("attention", _entries("attention", attention or [])))
-             if entries]
-    return f"{variant} [{'; '.join(parts)}]" if parts else variant
-
-
-def grid_name(variant: str, freeze: Any = (), attention: Any = ()) -> str:
-    """The variant part of a run directory's name: 'mixit', 'mixit+attn-mixing-softmax', 'standard+freeze-v-o'.
-
-    Freeze entries are canonical and spelled with letters, digits and '_' only: 'v@1' is 'vat1', 'v@1.h2' 'vat1h2'.
-    """
-    name = variant
-    if freeze and _freeze_names(freeze):
-        name += "+freeze-" + "-".join(e.replace("@", "at").replace(".", "") for e in _freeze_names(freeze))
-    if attention and _entries("attention", attention):
-        name += "+attn-" + "-".join(_entries("attention", attention))
-    return name
 
 
 @dataclass
@@ -563,38 +336,3 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         _check(not unknown, f"unknown model config keys {unknown}; allowed: {sorted(known)}")
         return cls(**data)
-
-
-SET_BY_RUN = ("variant", "d_model", "n_layers", "n_heads", "n_ctx", "d_vocab", "seed")  # set by TrainConfig and the task
-
-
-def check_model_extra(extra: Any) -> None:
-    """A `model_extra` block: a mapping of ModelConfig fields that neither the run nor its task sets (SET_BY_RUN)."""
-    allowed = sorted(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_BY_RUN)
-    _check(isinstance(extra, dict), f"model_extra={extra!r} must be a mapping; allowed keys: {', '.join(allowed)}")
-    unknown = sorted(set(extra) - set(allowed))
-    _check(not unknown, f"model_extra has unknown keys {unknown}; allowed: {', '.join(allowed)}")
-
-
-def grid_extra(extra: Any, grid: dict[str, Any]) -> dict[str, Any]:
-    """A grid run's model_extra (checked): a variant entry's settings on top of the grid's; its freeze entries add to
-    the grid's, as repeated --freeze do."""
-    check_model_extra(extra)
-    merged = {**extra, **grid}
-    if extra.get("freeze") and grid.get("freeze"):
-        merged["freeze"] = list(dict.fromkeys([*_entries("freeze", extra["freeze"]), *_entries("freeze", grid["freeze"])]))
-    return merged
-
-
-def check_grid_models(runs: list[tuple[str, ModelConfig]], fields_used: bool = True,
-                      unused: list[dict[str, tuple[Any, str]]] | None = None) -> None:
-    """Refuse a grid's duplicate run names (naming them) and (fields_used) a field set that changes none of its models
-    (`unused`: per run, each such field's value and users, as set before the grid dropped it from the run's config)."""
-    names = [name for name, _ in runs]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    _check(not repeated, f"grid has duplicate runs: {', '.join(repeated[:3])}{' ...' * (len(repeated) > 3)}; give "
-           "each variant (freeze entries in canonical form: 'v,v' is 'v'), task, size, seed and lr once")
-    unused = unused or [{k: (getattr(m, k), users) for k, users in m.unused_fields().items()} for _, m in runs]
-    for name in (unused[0] if fields_used and runs and all(unused) else {}):
-        _check(not all(name in u for u in unused), f"model_extra {name}={unused[0][name][0]!r} has no effect on any "
-               f"model of this grid ({'; '.join(sorted({m.label for _, m in runs}))}); it applies to {unused[0][name][1]}")

@@ -45,11 +45,12 @@ from transformer_lens.hook_points import HookPoint
 from .attention import Attention
 from .checkpoint import check_state, read_weights, save_model
 from .components import MLP, Classifier, Embed, PosEmbed, RMSNorm, Unembed
-from .config import ModelConfig, component_of  # component_of: re-exported, mixit_lab.models.transformer.component_of
+from .config import ModelConfig
 from .freeze import apply_freeze, frozen_elements
 from .lens import LensCache, LensWeights
 from .seeds import derive_seed
 from .text import TextMethods
+from .vocabulary import component_of
 
 
 class Block(nn.Module):
@@ -339,7 +340,7 @@ class Transformer(TextMethods, LensWeights, HookedRootModule):
         return {"trainable": total - frozen, "frozen": frozen, "total": total}
 
     def parameter_table(self) -> list[dict[str, object]]:
-        """Parameter counts per component of mixit_lab.models.config.COMPONENTS (`component_of`: embed, pos, qk, v, o, mix,
+        """Parameter counts per component of mixit_lab.models.vocabulary.COMPONENTS (`component_of`: embed, pos, qk, v, o, mix,
         mlp, norms, ln_final, unembed, the classifier in unembed), in the order the parameters come."""
         rows: dict[str, dict[str, int]] = {}
         for name, param in self.named_parameters():

@@ -55,7 +55,7 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
 def _check_train(where: str, train: Any) -> None:
     """A `train:` block holds TrainConfig fields with values TrainConfig accepts (checked when the preset loads,
     not after training)."""
-    from mixit_lab.models.config import check_model_extra
+    from mixit_lab.models.model_extra import check_model_extra
     from mixit_lab.training.config import TrainConfig
 
     if not isinstance(train or {}, dict):

@@ -209,7 +209,7 @@ def test_one_component_vocabulary():
     """Freezing and the parameter table name components alike: component_of answers with COMPONENTS' keys, for
     every parameter of every variant (and a classifier)."""
     from mixit_lab.models import VARIANTS, ModelConfig, build_model
-    from mixit_lab.models.config import COMPONENTS, component_of
+    from mixit_lab.models.vocabulary import COMPONENTS, component_of
     import mixit_lab.models.transformer
     assert mixit_lab.models.transformer.component_of is component_of
     seen = set()

@@ -1,5 +1,5 @@
 """Freezing that does what it says: per-layer norms without ln_final, Q apart from K, single heads, one canonical
-spec per model, and one-line errors for bad specs (models/config.py FreezeEntry, models/freeze.py)."""
+spec per model, and one-line errors for bad specs (models/freeze_spec.py FreezeEntry, models/freeze.py)."""
 
 import dataclasses
 import json
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 import mixit_lab.training.loss as loss_mod
 from mixit_lab.cli.main import main
 from mixit_lab.models import ModelConfig, build_model, load_model
-from mixit_lab.models.config import grid_label, grid_name
+from mixit_lab.models.grid import grid_label, grid_name
 from mixit_lab.training import TrainConfig, train
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)

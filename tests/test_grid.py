@@ -12,7 +12,7 @@ import torch
 
 from mixit_lab.cli.main import main
 from mixit_lab.models import ModelConfig, build_model, load_model
-from mixit_lab.models.config import grid_label, grid_name
+from mixit_lab.models.grid import grid_label, grid_name
 from mixit_lab.training.sweep import build_grid, variant_entry
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)

@@ -17,7 +17,8 @@ import torch
 
 from conftest import ROOT
 from mixit_lab.models import VARIANTS, ModelConfig, build_model
-from mixit_lab.models.config import FIELD_USE, check_grid_models, check_model_extra, grid_extra
+from mixit_lab.models.config import FIELD_USE
+from mixit_lab.models.model_extra import check_grid_models, check_model_extra, grid_extra
 
 SMALL = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "2"]
 # A value away from each FIELD_USE field's default that changes any model using the field (at d_model 16).

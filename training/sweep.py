@@ -35,8 +35,9 @@ import yaml
 from tqdm.auto import tqdm
 
 from mixit_lab.models import VARIANTS, ModelConfig
-from mixit_lab.models.config import check_grid_models, grid_extra, grid_name
 from mixit_lab.models.files import as_list, load_yaml, write_text
+from mixit_lab.models.grid import grid_name
+from mixit_lab.models.model_extra import check_grid_models, grid_extra
 
 from .config import TrainConfig
 from .pool import _set_threads, pool_map
