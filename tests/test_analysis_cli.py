@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import mixit_lab.analysis.heads
+from conftest import count_run_file_opens
 from mixit_lab.analysis.common import checkpoint_hash
 from mixit_lab.models import ModelConfig, build_model, load_model
 from mixit_lab.training import TrainConfig, train
@@ -32,10 +33,12 @@ def run_cli(argv, capsys):
     return code, captured.out, captured.err
 
 
-def test_analyze_run_writes_the_documented_files(tmp_path, capsys):
+def test_analyze_run_writes_the_documented_files(tmp_path, capsys, monkeypatch):
     run = tiny_run(tmp_path / "ret", "retrieval", {"pairs": 6})
+    opened = count_run_file_opens(tmp_path, monkeypatch)
     code, out, err = run_cli(["analyze", str(run), *SMALL], capsys)
     assert code == 0, err
+    assert [p.name for p in opened].count("run.json") == 1  # read once, however many steps ask for it
     folder = run / "analysis"
     assert f"{run}: computed" in out and str(folder) in out
     meta = json.loads((folder / "analysis.json").read_text())

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -352,14 +352,20 @@ class CheckpointRef:
 
     checkpoint: Path  # holds config.json + model.safetensors
     run_dir: Path | None  # holds run.json (task, training config), or None for a bare checkpoint
+    _info: RunInfo | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return (self.run_dir or self.checkpoint).name
 
     def run_info(self) -> RunInfo | None:
-        """The run directory's run.json (read_run_info), or None for a bare checkpoint."""
-        return None if self.run_dir is None else read_run_info(self.run_dir)
+        """The run directory's run.json (read_run_info), or None for a bare checkpoint; read once per CheckpointRef
+        (`mixit analyze` asks several times per checkpoint)."""
+        if self.run_dir is None:
+            return None
+        if self._info is None:
+            self._info = read_run_info(self.run_dir)
+        return self._info
 
 
 def find_checkpoint(path: str | Path) -> CheckpointRef:
