@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from mixit_lab.models import VARIANTS, ModelConfig
 from mixit_lab.models.config import check_grid_models, grid_extra, grid_name
 from mixit_lab.models.files import as_list, load_yaml, write_text
+from mixit_lab.training.resolve import resolve
 
 from .config import TrainConfig
 from .pool import _set_threads, pool_map
@@ -174,14 +175,16 @@ def expand_grid_models(
         fields = {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
         fields["model_extra"] = grid_extra(train_fields.get("model_extra", {}), grid)
         cfg = TrainConfig.from_dict(fields)
-        model = cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
+        # ValueError on a bad task, size or eval size; the device is checked where the runs train (not on --dry-run)
+        resolved = resolve(cfg, cache_dir, device=False)
+        model = resolved.model
         unused.append({k: (getattr(model, k), users) for k, users in model.unused_fields().items()})
         if set(unused[-1]) & set(fields["model_extra"]):
             # A shared setting this model does not use (residual_scale on standard) is not recorded: the run's config
             # is then what `mixit train` with only the fields that apply gives, one model one config.
             fields["model_extra"] = {k: v for k, v in fields["model_extra"].items() if k not in unused[-1]}
             cfg = TrainConfig.from_dict(fields)
-            model = cfg.model_config(cache_dir=cache_dir)
+            model = resolve(cfg, task=resolved.task, device=False).model
         runs.append((run_name(cfg), cfg, model))
     check_grid_models([(name, model) for name, _, model in runs], fields_used, unused)  # duplicates, unused fields
     return runs
