@@ -42,6 +42,7 @@ from mixit_lab.training.tasks import TrainStream  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.loss import task_loss  # noqa: E402
 from mixit_lab.training.machine import keep_freed_memory  # noqa: E402
+from mixit_lab.training.resolve import resolve  # noqa: E402
 from mixit_lab.models import build_model  # noqa: E402
 
 # (batch, heads, positions, d_head): memorize, modular addition, 3-digit addition (16 heads),
@@ -196,7 +197,7 @@ def memory_table(repeats: int, steps: int) -> None:
     cfg = TrainConfig(task="khop", task_params={"hops": 1, "length": 16, "alphabet": 6}, variant="frozen_qk",
                       d_model=64, n_layers=3, n_heads=4, model_extra={"qk_init_std": 0.125}, batch_size=128)
     task = cfg.build_task(None)
-    model = build_model(cfg.model_config(task))
+    model = build_model(resolve(cfg, task=task, device=False).model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-3)
     stream = TrainStream(task, cfg.batch_size, seed=0)

@@ -37,6 +37,7 @@ from mixit_lab.training.loss import task_loss  # noqa: E402
 from mixit_lab.training.machine import keep_freed_memory, pick_device  # noqa: E402
 from mixit_lab.training.optim import build_optimizer  # noqa: E402
 from mixit_lab.training.precision import autocast_for  # noqa: E402
+from mixit_lab.training.resolve import resolve  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "clip", "optimizer")
 
@@ -49,7 +50,7 @@ def time_phases(cfg: TrainConfig, batch_size: int, steps: int, warmup: int, cach
     """Mean ms per step of each phase of the trainer's step for `cfg` at `batch_size`."""
     task = cfg.build_task(cache)
     device = pick_device("cpu")
-    model = build_model(cfg.model_config(task)).to(device)
+    model = build_model(resolve(cfg, task=task, device=False).model).to(device)
     optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     stream = TrainStream(task, batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples)

@@ -46,6 +46,7 @@ from mixit_lab.models import build_model  # noqa: E402
 from mixit_lab.training.loss import masked_loss  # noqa: E402
 from mixit_lab.training.parallel import Ranks  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.resolve import resolve  # noqa: E402
 from mixit_lab.training.trainer import _Loop  # noqa: E402
 
 DATASHEET_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16
@@ -75,8 +76,8 @@ def shape_config(study: str, variant: str, n_layers: int, dry: bool, device: str
 def build_loop(cfg: TrainConfig, work: Path) -> _Loop:
     """The trainer's own loop for cfg (its model, AdamW and data stream), ready to step."""
     device = torch.device(cfg.device)
-    task = cfg.build_task(work / "cache")
-    loop = _Loop(cfg, work / "run", task, cfg.model_config(task), device, Ranks(), "bf16" if device.type == "cuda" else "fp32")
+    run = resolve(cfg, work / "cache", device=device)
+    loop = _Loop(cfg, work / "run", run, Ranks(), "bf16" if device.type == "cuda" else "fp32")
     loop.prepare()
     return loop
 

@@ -46,6 +46,7 @@ for _path in (ROOT, ROOT / "benchmarks"):
 from authors_reference import study_runs  # noqa: E402
 from mixit_lab.models.config import ModelConfig  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.resolve import resolve  # noqa: E402
 
 BASELINE = "baseline"
 ALL = "all"
@@ -132,7 +133,7 @@ def apply_switch(cfg: TrainConfig, switch: Switch) -> TrainConfig:
             "task_params": {**cfg.task_params, **switch.task}}
     try:
         new = TrainConfig.from_dict(data)
-        new.model_config()
+        resolve(new, device=False)
     except (ValueError, TypeError) as e:
         raise SwitchError(f"switch {switch.name!r}: {e}") from None
     return new

@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mixit_lab.models import VARIANTS, CheckpointError
-from mixit_lab.models.transformer import check_fits_in_memory
 from mixit_lab.training.rundir import DATA_CACHE_DIR, RUN_FILE, RUNS_SUMMARY, TUNING_FILE, RunDamaged, RunLocked, is_run_dir
 from mixit_lab.training.tasks import TASKS, TrainStream, is_import_path, load_task_class, register_task, task_parameters
 from mixit_lab.training.trackers import TRACKERS, check_tracker
 from mixit_lab.training.parallel import Ranks, torchrun_command
 from mixit_lab.training.config import PRECISIONS, TrainConfig
-from mixit_lab.training.machine import pick_device
 from mixit_lab.training.optim import SCHEDULES
+from mixit_lab.training.resolve import resolve, resolve_device
 from mixit_lab.training.settings import SettingsChanged
 from mixit_lab.training.trainer import train
 
@@ -337,17 +336,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     with input_errors("train"):
         check_output_dir("--out", args.out)  # a file, below a file, read-only, not creatable (/proc/...): one line
-        # Validate the task, the model shape and the tracker before writing the run directory
-        # (the token cache is where train() looks for it).
-        task = cfg.build_task(args.out.parent / DATA_CACHE_DIR)
-        model_cfg = cfg.model_config(task)
-        model_cfg.check_fields_apply()  # a model option that changes nothing is refused, not recorded
-        check_fits_in_memory(model_cfg)  # before the model is built
-        if args.eval_samples is not None and task.held_out_size is not None and args.eval_samples > task.held_out_size:
-            raise ValueError(f"--eval-samples={args.eval_samples} is more than the {task.held_out_size} rows task "
-                             f"{task.name!r} holds out here; allowed: 1..{task.held_out_size}")
+        # Resolve the run as train() will (the task, the model, the eval size, the device: a GPU asked for and not
+        # there is bad input too) before the run directory is written, the token cache where train() looks for it;
+        # strictly: a model option that changes nothing is refused, not recorded, and a model too large for memory
+        # before it is built.
+        resolve(cfg, args.out.parent / DATA_CACHE_DIR, strict=True)
         check_tracker(args.tracker)
-        pick_device(cfg.device)  # a GPU asked for and not there is bad input too
     if args.resume and not is_run_dir(args.out):
         raise CLIError(f"mixit train: error: --resume: {args.out} holds no run to resume (no {RUN_FILE}); "
                        + (_folder_of_runs(args.out) or "drop --resume to start one"))
@@ -371,7 +365,7 @@ def _process_limit(device: str) -> tuple[int, str]:
     (that this process may use) elsewhere."""
     import torch
 
-    if pick_device(device).type == "cuda":
+    if resolve_device(device).type == "cuda":
         return torch.cuda.device_count(), "GPUs"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores, "CPU cores"
@@ -423,7 +417,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.workers < 1:
             raise ValueError(f"--workers={args.workers} must be >= 1")
         check_tracker(args.tracker)
-        pick_device(cfg.device)
+        resolve_device(cfg.device)
     try:
         with stop_on_sigterm():
             tuning = tune(cfg, args.variants, args.lrs, args.out, seeds=args.seeds, workers=args.workers,
@@ -457,7 +451,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise CLIError(f"mixit sweep: error: --workers={args.workers} must be >= 1")
     with input_errors("sweep"):
         for device in {cfg.device for _, cfg in runs}:
-            pick_device(device)
+            resolve_device(device)
         check_tracker(args.tracker)
     executor = executor_from_args(args, args.workers)
     try:

@@ -180,9 +180,9 @@ def train_stage(plan: Plan, runs: list[Run], executor: Executor, progress: bool,
     fast = [by for by in (dict(runs)[n] for n in todo) if by.precision == "fast"]
     if fast:  # measured here, before the workers start, into each study's cache, which its runs' trainers read
         from mixit_lab.training.precision import cpu_bf16_speedup, resolve_precision
-        from mixit_lab.training.machine import pick_device
+        from mixit_lab.training.resolve import resolve_device
 
-        device = pick_device(fast[0].device)
+        device = resolve_device(fast[0].device)  # the device its runs train on (mixit_lab.training.resolve)
         if device.type == "cpu":
             caches = sorted({(out / n).parent / DATA_CACHE_DIR for n in todo if dict(runs)[n].precision == "fast"})
             for cache in caches:

@@ -112,8 +112,37 @@ def test_json_files_are_read_where_docs_architecture_says():
 
 
 def test_only_the_trainer_and_mixit_train_use_training_parallel():
-    """docs/architecture.md, "One run on several processes"."""
-    assert _graph().find_modules_that_directly_import("mixit_lab.training.parallel") == {"mixit_lab.training.trainer", "mixit_lab.cli.train"}
+    """docs/architecture.md, "One run on several processes": the trainer, mixit train, and the device resolution
+    (this rank's own GPU under torchrun)."""
+    assert _graph().find_modules_that_directly_import("mixit_lab.training.parallel") == {
+        "mixit_lab.training.trainer", "mixit_lab.cli.train", "mixit_lab.training.resolve"}
+
+
+def _modules_using(names: set[str]) -> set[str]:
+    """The modules (dotted) of the packages, and app.py, that use a name in `names` (`name` or `x.name`), its
+    definition aside."""
+    found = set()
+    for path in [*(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")), ROOT / "app.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Name) and node.id in names) or \
+                    (isinstance(node, ast.Attribute) and node.attr in names):
+                found.add(_module_name(path))
+    return found
+
+
+def test_a_run_is_resolved_in_one_place():
+    """docs/architecture.md, "What a run's settings come to": mixit_lab.training.resolve alone builds a run's task, reads
+    its eval-size bound and required model fields, and picks a training run's device; mixit train, the trainer and
+    the grids (sweeps, presets, mixit tune) all resolve through it. pick_device elsewhere picks the device of other
+    work: an analysis, a speed measurement."""
+    resolve = "mixit_lab.training.resolve"
+    assert _modules_using({"build_task", "max_eval_size", "held_out_size", "model_overrides", "local_device"}) - {
+        "mixit_lab.training.tasks.base", "mixit_lab.training.tasks.algorithmic", "mixit_lab.training.tasks.text",
+    } == {resolve}
+    assert _modules_using({"pick_device"}) == {resolve, "mixit_lab.training.benchmark", "mixit_lab.analysis.analyze",
+                                               "mixit_lab.cli.analyze"}
+    assert {"mixit_lab.cli.train", "mixit_lab.training.trainer", "mixit_lab.training.sweep"} <= \
+        _graph().find_modules_that_directly_import(resolve)
 
 
 def test_grids_and_studies_share_one_set_of_defaults():

@@ -117,12 +117,23 @@ CASES = [
      "'o.h1': a head needs a layer"),
     ("more processes than cores or GPUs", ["train", "--task", "addition", "--out", "{tmp}/r", "--nproc", "4096",
                                           "--batch-size", "4096", *SMALL], "--nproc=4096"),
+    # The one eval-size rule (mixit_lab.training.resolve.check_eval_size): 1..65,536, or a larger fixed held-out set's
+    # size; the same refusal from mixit train, a sweep and a preset
     ("eval samples above the cap", ["train", "--task", "retrieval", "--out", "{tmp}/r", "--eval-samples", "100000"],
-     "allowed: 1..65536"),
-    ("eval samples above the held-out set", ["train", "--task", "modadd", "--out", "{tmp}/r", "--eval-samples",
-                                             "20000"], "--eval-samples=20000"),
+     "eval_samples=100000 is too many: a run evaluates on at most 65536 held-out rows (every evaluation scores them "
+     "all); allowed: 1..65536"),
+    ("eval samples above the cap, a small held-out set", ["train", "--task", "modadd", "--out", "{tmp}/r",
+                                                         "--eval-samples", "65537"],
+     "eval_samples=65537 is too many: a run evaluates on at most 65536 held-out rows"),
+    ("eval samples above a larger held-out set", ["train", "--task", "memorize", "--out", "{tmp}/r", "--eval-samples",
+                                                  "262145"],
+     "eval_samples=262145 is too many: task 'memorize' holds out 262144 rows; allowed: 1..262144"),
+    ("eval samples of 0", ["train", "--task", "modadd", "--out", "{tmp}/r", "--eval-samples", "0"],
+     "eval_samples=0 must be a positive integer"),
     ("a sweep's eval samples above the cap", ["sweep", "--tasks", "addition", "--eval-samples", "70000", "--dry-run"],
-     "eval_samples=70000"),
+     "eval_samples=70000 is too many"),
+    ("a preset's eval samples above the cap", ["reproduce", "--preset", "{tmp}/bigeval.yaml", "--dry-run"],
+     "eval_samples=70000 is too many"),
     ("a sweep of no variants", ["sweep", "{tmp}/novariants.yaml", "--dry-run"], "variants=[]"),
     ("a sweep of no tasks", ["sweep", "{tmp}/notasks.yaml", "--out", "{tmp}/r", *SMALL[:-1]], "tasks=[]"),
     ("a sweep of no seeds", ["sweep", "{tmp}/noseeds.yaml", "--out", "{tmp}/r", *SMALL[:-1]], "seeds=[]"),
@@ -211,6 +222,7 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(tmp_path, generated_c
     (tmp_path / "noseeds.yaml").write_text("tasks: [addition]\nseeds: []\n")
     (tmp_path / "badkey.yaml").write_text("bogus: 1\nstudies:\n  a: {tasks: [addition]}\n")
     (tmp_path / "badtrain.yaml").write_text("studies:\n  a: {tasks: [addition], train: {bogus: 1}}\n")
+    (tmp_path / "bigeval.yaml").write_text("train: {eval_samples: 70000}\nstudies:\n  a: {tasks: [addition]}\n")
     (tmp_path / "badextra.yaml").write_text("tasks: [addition]\ntrain: {model_extra: {qk_std: 0.1}}\n")
     (tmp_path / "badextra_study.yaml").write_text("studies:\n  a: {tasks: [addition], train: {model_extra: {qk_std: 0.1}}}\n")
     (tmp_path / "unused.yaml").write_text("variants: [standard]\ntasks: [addition]\n"

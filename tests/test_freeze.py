@@ -15,6 +15,7 @@ from mixit_lab.cli.main import main
 from mixit_lab.models import ModelConfig, build_model, load_model
 from mixit_lab.models.grid import grid_label, grid_name
 from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.resolve import resolve
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)
 # A tiny run of the real trainer: AdamW with weight decay 0.1, warmup, clipping, checkpoints every 5 steps.
@@ -97,13 +98,13 @@ SLICES = [("blocks.0.attn.W_V", 1), ("blocks.0.attn.b_V", 1), ("blocks.1.attn.W_
 def test_a_frozen_head_stays_bit_identical_through_training(tmp_path, one_thread):
     cfg = TrainConfig(**TINY, steps=10, model_extra={"freeze": HEADS})
     summary = train(cfg, tmp_path / "r", progress=False)
-    init, after = build_model(cfg.model_config()).state_dict(), _weights(tmp_path / "r")
+    init, after = build_model(resolve(cfg, device=False).model).state_dict(), _weights(tmp_path / "r")
     for name, head in SLICES:
         assert torch.equal(after[name][head], init[name][head]), name  # weight decay and Adam did not move it
         others = [h for h in range(4) if h != head]
         assert not torch.equal(after[name][others], init[name][others]), name  # the rest of the tensor trained
     assert not torch.equal(after["blocks.1.attn.b_O"], init["blocks.1.attn.b_O"])
-    assert summary["params_frozen"] == build_model(cfg.model_config()).parameter_counts()["frozen"] > 0
+    assert summary["params_frozen"] == build_model(resolve(cfg, device=False).model).parameter_counts()["frozen"] > 0
 
 
 def test_a_frozen_head_survives_a_resume(tmp_path, one_thread, monkeypatch):
@@ -123,7 +124,7 @@ def test_a_frozen_head_survives_a_resume(tmp_path, one_thread, monkeypatch):
     monkeypatch.setattr("mixit_lab.training.loss.masked_loss", real_loss)
     train(cfg, tmp_path / "killed", resume=True, progress=False)
     full, resumed = _weights(tmp_path / "full"), _weights(tmp_path / "killed")
-    init = build_model(cfg.model_config()).state_dict()
+    init = build_model(resolve(cfg, device=False).model).state_dict()
     for name in full:
         assert torch.equal(full[name], resumed[name]), name
     for name, head in SLICES:

@@ -13,6 +13,7 @@ import torch
 from mixit_lab.cli.main import main
 from mixit_lab.models import ModelConfig, build_model, load_model
 from mixit_lab.models.grid import grid_label, grid_name
+from mixit_lab.training.resolve import resolve
 from mixit_lab.training.sweep import build_grid, variant_entry
 
 SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_ctx=16, d_vocab=20, seed=3)
@@ -209,7 +210,7 @@ def test_sweep_variant_entries_expand_to_grid_runs(tmp_path):
     extras = [cfg.model_extra for _, cfg in runs]
     assert extras[0] == {}  # mixit has no W_Q, W_K: a shared setting its model does not use is not recorded
     assert extras[1] == {"qk_init_std": 0.1, "attention": ["mixing", "softmax"]}  # its softmax layer uses it
-    assert runs[2][1].model_config().freeze == ["v", "o"]
+    assert resolve(runs[2][1], device=False).model.freeze == ["v", "o"]
     with pytest.raises(ValueError, match="unknown grid keys"):
         variant_entry({"mixit": {"layers": 2}})
     with pytest.raises(ValueError, match="'nope' is not one of"):

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -507,3 +508,46 @@ def test_sweep_workers_share_the_threads_omp_num_threads_allows(monkeypatch):
     assert threads_per_worker(1) == 1 and threads_per_worker(2) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", str(2 * cores))  # more than the machine has: the cores decide
     assert threads_per_worker(1) == cores
+
+
+# --------------------------------------------------------------------------- one resolution, one eval-size rule
+def test_the_eval_size_rule_is_one_bound_and_a_small_held_out_set_is_scored_whole():
+    """mixit_lab.training.resolve.check_eval_size: eval_samples in 1..65,536, or up to a larger fixed held-out set's
+    size; a smaller fixed set asked for more gives all of its rows, the same rows as asking for none."""
+    from mixit_lab.training.resolve import check_eval_size
+    from mixit_lab.training.tasks import get_task
+
+    modadd, addition, memorize = get_task("modadd", p=11), get_task("addition"), get_task("memorize")
+    assert modadd.held_out_size == 7 and addition.held_out_size is None and memorize.held_out_size == 262_144
+    assert [check_eval_size(n, modadd) for n in (None, 5, 7, 1000, 65_536)] == [7, 5, 7, 7, 7]
+    assert modadd.eval_fingerprint(1000) == modadd.eval_fingerprint(None)  # the same run, whatever it asks
+    assert [check_eval_size(n, addition) for n in (None, 1, 65_536)] == [addition.default_eval_size, 1, 65_536]
+    assert check_eval_size(262_144, memorize) == 262_144
+    for n, task, allowed in ((65_537, modadd, 65_536), (65_537, addition, 65_536), (262_145, memorize, 262_144)):
+        with pytest.raises(ValueError, match=rf"^eval_samples={n} is too many: .*; allowed: 1\.\.{allowed}$"):
+            check_eval_size(n, task)
+
+
+def test_train_sweeps_and_the_command_line_resolve_a_run_alike(tmp_path, capsys):
+    """The trainer, a sweep's grid and `mixit train` refuse the same settings with the same line (one resolve), and
+    the run the trainer writes records the model and eval rows resolve gives."""
+    from mixit_lab.training.resolve import resolve
+    from mixit_lab.training.sweep import build_grid
+
+    bad = TrainConfig(**{**TINY, "eval_samples": 70_000, "steps": 2})
+    with pytest.raises(ValueError) as refused:
+        resolve(bad, device=False)
+    line = str(refused.value)
+    with pytest.raises(ValueError, match=f"^{re.escape(line)}$"):
+        train(bad, tmp_path / "r", progress=False)
+    with pytest.raises(ValueError, match=f"^{re.escape(line)}$"):
+        build_grid(None, {"tasks": ["addition"], "variants": ["standard"], "train": {"eval_samples": 70_000}})
+    assert main(["train", "--task", "addition", "--eval-samples", "70000", "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.strip() == f"mixit train: error: {line}"
+    good = TrainConfig(**{**TINY, "task": "modadd", "task_params": {"p": 11}, "eval_samples": 1000, "steps": 2})
+    run = resolve(good)
+    assert run.eval_size == 7 and run.device == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train(good, tmp_path / "m", progress=False)
+    recorded = json.loads((tmp_path / "m" / "run.json").read_text())
+    assert recorded["model"] == run.model.to_dict() and recorded["train"]["eval_samples"] == 1000
+    assert recorded["task"]["eval_fingerprint"] == run.task.eval_fingerprint(run.eval_size)

@@ -1,6 +1,7 @@
 """A training run's settings: `TrainConfig`, everything that defines a run (run.json's train section), and the values
 its fields allow. Apart from the training loop (mixit_lab.training.trainer) so that reading a run's record (tables, figures,
-the report) does not import torch: a task is built only when asked for (`build_task`)."""
+the report) does not import torch: a task is built only when asked for (`build_task`). What the settings come to on
+this machine (the task, the model, the eval size, the device) is mixit_lab.training.resolve.resolve's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from mixit_lab.models.config import ModelConfig
 
 from .optim import SCHEDULES, authors_lr, resolved_warmup, scheduled_lr
 from .sampling import check_sampling
@@ -108,37 +107,6 @@ class TrainConfig:
         task = get_task(self.task, cache_dir=cache_dir, **self.task_params)
         check_sampling(self.sampling, task)  # before anything is written: epochs need a finite training set
         return task
-
-    def model_config(self, task: Task | None = None, cache_dir: str | Path | None = None) -> ModelConfig:
-        """The model for this run; fields the task requires (`task.model_overrides`) must not be contradicted,
-        and `eval_samples` must not pass the task's cap (`task.max_eval_size`).
-
-        Without `task`, the task is built (with its token cache in `cache_dir`)."""
-        task = task or self.build_task(cache_dir)
-        if self.eval_samples is not None and self.eval_samples > task.max_eval_size:
-            raise ValueError(f"eval_samples={self.eval_samples} is more than task {task.name!r} holds out "
-                             f"(at most {task.max_eval_size}); allowed: 1..{task.max_eval_size}")
-        if self.tune_samples and task.tuning_size() == 0:
-            raise ValueError(f"tune_samples={self.tune_samples}: task {task.name!r} holds out no tuning rows; give it a "
-                             "tuning split (tune_fraction > 0, e.g. --tune-fraction 0.1)")
-        required = task.model_overrides
-        if self.model_extra.get("n_classes") is not None and "n_classes" not in required:
-            raise ValueError(f"n_classes={self.model_extra['n_classes']!r}: task {task.name!r} predicts tokens; "
-                             "n_classes is set by a classification task (sentiment) from its labels")
-        for key, value in self.model_extra.items():
-            if key in required and required[key] != value:
-                flag = " (drop --bidirectional)" if key == "causal" else ""
-                raise ValueError(f"task {task.name!r} requires {key}={required[key]!r}, not {key}={value!r}{flag}")
-        return ModelConfig(
-            variant=self.variant,
-            d_model=self.d_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            n_ctx=task.seq_len,
-            d_vocab=task.d_vocab,
-            seed=self.seed,
-            **{**self.model_extra, **required},
-        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -41,6 +41,7 @@ from mixit_lab.models.model_extra import check_grid_models, grid_extra
 
 from .config import TrainConfig
 from .pool import _set_threads, pool_map
+from .resolve import resolve
 from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table
 from .settings import check_same_settings
 from .tasks import BUILTIN_TASKS, TASKS, is_import_path, load_task_class, register_task, task_import_path
@@ -175,14 +176,16 @@ def expand_grid_models(
         fields = {**train_fields, "task": task, "task_params": params, "variant": variant, "lr": lr, "seed": seed, **size}
         fields["model_extra"] = grid_extra(train_fields.get("model_extra", {}), grid)
         cfg = TrainConfig.from_dict(fields)
-        model = cfg.model_config(cache_dir=cache_dir)  # raises ValueError on a bad task or size
+        # ValueError on a bad task, size or eval size; the device is checked where the runs train (not on --dry-run)
+        resolved = resolve(cfg, cache_dir, device=False)
+        model = resolved.model
         unused.append({k: (getattr(model, k), users) for k, users in model.unused_fields().items()})
         if set(unused[-1]) & set(fields["model_extra"]):
             # A shared setting this model does not use (residual_scale on standard) is not recorded: the run's config
             # is then what `mixit train` with only the fields that apply gives, one model one config.
             fields["model_extra"] = {k: v for k, v in fields["model_extra"].items() if k not in unused[-1]}
             cfg = TrainConfig.from_dict(fields)
-            model = cfg.model_config(cache_dir=cache_dir)
+            model = resolve(cfg, task=resolved.task, device=False).model
         runs.append((run_name(cfg), cfg, model))
     check_grid_models([(name, model) for name, _, model in runs], fields_used, unused)  # duplicates, unused fields
     return runs

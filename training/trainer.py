@@ -10,9 +10,11 @@ the optimizer, data stream and step, for --resume); and summary.json last, which
 Text tasks cache their tokenizer and token arrays in `.token_cache/` next to the run directory, so the runs of
 a sweep tokenize a corpus once; precision "fast" keeps its CPU measurement there too (mixit_lab.training.precision).
 
-The other jobs live in their own modules, and their names are re-exported here: mixit_lab.training.precision (fp32 or
-bf16), mixit_lab.training.machine (device, malloc), mixit_lab.training.optim (AdamW, schedule), mixit_lab.training.loss (the loss of a batch,
-evaluation), mixit_lab.training.state (the trainer state of a checkpoint), mixit_lab.training.provenance.
+The other jobs live in their own modules, and their names are re-exported here: mixit_lab.training.resolve (what the
+settings come to: the task, the model, the eval size, the device), mixit_lab.training.precision (fp32 or bf16),
+mixit_lab.training.machine (device, malloc), mixit_lab.training.optim (AdamW, schedule), mixit_lab.training.loss (the
+loss of a batch, evaluation), mixit_lab.training.state (the trainer state of a checkpoint),
+mixit_lab.training.provenance.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ from typing import Any, NoReturn
 import torch
 from tqdm.auto import tqdm
 
-from mixit_lab.models import ModelConfig, build_model
+from mixit_lab.models import build_model
 from mixit_lab.models.checkpoint import write_model_files
 from mixit_lab.models.files import atomic_directory, recover_directory, remove_leftovers, write_json, write_text
 from mixit_lab.models.freeze import hold_frozen_slices, warn_if_frozen_attention_is_uniform
 from mixit_lab.models.tokenizer import TOKENIZER_FILE, tokenizer_to_json
 from mixit_lab.models.seeds import derive_seed
+from mixit_lab.training.resolve import ResolvedRun, resolve, resolve_device
 
 from .config import TrainConfig
 from .loss import SummedLoss, evaluate, scored_count, task_loss
-from .machine import keep_freed_memory, pick_device
+from .machine import keep_freed_memory
 from .optim import build_optimizer, first_step_options
-from .parallel import Ranks, ddp_options, local_device
+from .parallel import Ranks, ddp_options
 from .precision import autocast_for, resolve_precision, warn_if_emulated
 from .provenance import provenance
 from .rundir import (
@@ -82,7 +85,7 @@ def train(
     leaves them so.
     """
     out = Path(out_dir)
-    device = pick_device(local_device(cfg.device, Ranks.from_env()))
+    device = resolve_device(cfg.device)  # before the processes meet: each needs its own (this rank's GPU)
     if device.type == "cpu":
         # Process-wide: glibc's malloc keeps freed blocks for reuse from here on (the step reallocates the same
         # buffers; see keep_freed_memory). It stays so after train() returns; keep_freed_memory(False) undoes it.
@@ -110,7 +113,7 @@ def train(
         ranks.stop()
 
 
-def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, model_cfg, optimizer, stream,
+def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, run: ResolvedRun, model, optimizer, stream,
                      argv: list[str] | None, ranks: Ranks) -> tuple[int, float, float | None, tuple[float, int]]:
     """Load the last checkpoint's weights, optimizer, data stream and counters (resume), or write a new run's
     run.json (and tokenizer). Returns (step, elapsed seconds so far, best eval accuracy so far, the training
@@ -128,36 +131,35 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, task, model, mod
     if ranks.main:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)
-        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
-                                    "task": task_record(task, cfg.eval_samples, out), **provenance(argv)})
-        if task.text_tokenizer is not None:
-            write_text(out / TOKENIZER_FILE, tokenizer_to_json(task.text_tokenizer))
+        write_json(out / RUN_FILE, {"train": cfg.to_dict(), "model": run.model.to_dict(),
+                                    "task": task_record(run.task, run.eval_size, out), **provenance(argv)})
+        if run.task.text_tokenizer is not None:
+            write_text(out / TOKENIZER_FILE, tokenizer_to_json(run.task.text_tokenizer))
     return 0, 0.0, None, (0.0, 0)
 
 
 def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
            tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
     """The body of `train`, run while holding the run directory's lock (rank 0)."""
-    task, precision = _prepare(cfg, out, resume, device, ranks)
-    model_cfg = cfg.model_config(task)
-    warn_if_frozen_attention_is_uniform(model_cfg)
+    run, precision = _prepare(cfg, out, resume, device, ranks)
+    warn_if_frozen_attention_is_uniform(run.model)
     if resume and (out / RUN_FILE).is_file():
         try:  # the run's corpus, tokenizer and held-out rows are still the ones it began with
-            read_run_info(out).check_data(task)
+            read_run_info(out).check_data(run.task)
         except ValueError as e:
             files = ", ".join(map(str, cfg.task_params.get("text_file") or [])) or "the task's code or data"
             raise SettingsChanged(f"{e} ({files}); restore them, or start a new run with another --out") from None
-    loop = _Loop(cfg, out, task, model_cfg, device, ranks, precision)
+    loop = _Loop(cfg, out, run, ranks, precision)
     loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(
-        cfg, out, resume, task, loop.model, model_cfg, loop.optimizer, loop.stream, argv, ranks)
+        cfg, out, resume, run, loop.model, loop.optimizer, loop.stream, argv, ranks)
     loop.prepare()
     return loop.run(progress, tracker)
 
 
-def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ranks: Ranks) -> tuple[Task, str]:
-    """Put the checkpoint folder right, resolve the precision and build the task: rank 0 first, so that it alone
-    writes the runs folder's cache (token arrays, the bf16 measurement), then the others, which read it.
-    Returns the task and the precision ("fp32" or "bf16")."""
+def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ranks: Ranks) -> tuple[ResolvedRun, str]:
+    """Put the checkpoint folder right, resolve the precision and the run (mixit_lab.training.resolve: the task, the
+    model, the eval size): rank 0 first, so that it alone writes the runs folder's cache (token arrays, the bf16
+    measurement), then the others, which read it. Returns the resolved run and the precision ("fp32" or "bf16")."""
     ckpt, cache = out / CHECKPOINT_DIR, out.parent / DATA_CACHE_DIR
     if ranks.main:
         if resume:
@@ -165,12 +167,12 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ra
         remove_leftovers(ckpt)  # temporary copies of killed saves
         precision = resolve_precision(cfg.precision, device, cache)
         warn_if_emulated(precision, device)
-        task = cfg.build_task(cache)
+        run = resolve(cfg, cache, device=device)
     ranks.barrier()  # the checkpoint is in place and the cache is written
     if not ranks.main:
         precision = resolve_precision(cfg.precision, device, cache)
-        task = cfg.build_task(cache)
-    return task, precision
+        run = resolve(cfg, cache, device=device)
+    return run, precision
 
 
 class _Loop:
@@ -178,18 +180,19 @@ class _Loop:
 
     Every rank runs it; rank 0 alone logs, evaluates and writes the run directory."""
 
-    def __init__(self, cfg: TrainConfig, out: Path, task: Task, model_cfg: ModelConfig, device: torch.device,
-                 ranks: Ranks, precision: str):
+    def __init__(self, cfg: TrainConfig, out: Path, run: ResolvedRun, ranks: Ranks, precision: str):
+        task, device = run.task, run.device
+        assert device is not None, "a run trains on a resolved device"
         self.cfg, self.out, self.task, self.device, self.ranks = cfg, out, task, device, ranks
         self.precision = precision  # resolved: "fp32" or "bf16"
         self.ckpt = out / CHECKPOINT_DIR
-        self.model = build_model(model_cfg).to(device)
+        self.model = build_model(run.model).to(device)
         attach_tokenizer(self.model, task)  # saved with every checkpoint: to_str_tokens & co. speak its vocabulary
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, cfg.betas, device)
-        self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=cfg.eval_samples,
+        self.stream = TrainStream(task, cfg.batch_size, seed=derive_seed(cfg.seed, "data"), eval_n=run.eval_size,
                                   sampling=cfg.sampling, tune_n=cfg.tune_samples)
-        self.eval_batch = task.eval_set(cfg.eval_samples)
-        self.tune_batch = task.tuning_set(cfg.tune_samples, cfg.eval_samples) if cfg.tune_samples else None
+        self.eval_batch = task.eval_set(run.eval_size)
+        self.tune_batch = task.tuning_set(cfg.tune_samples, run.eval_size) if cfg.tune_samples else None
         # what a checkpoint carries (set by _start_or_resume): the step, the seconds and best eval accuracy so far,
         # and the training loss summed over the steps since the last log
         self.step, self.elapsed_before, self.best_acc = 0, 0.0, None

@@ -61,7 +61,8 @@ TUNE_SEED = 0x7E5E_D5E7  # the tuning set: chunk c is sample(EVAL_CHUNK, Generat
 EVAL_CHUNK = 1000
 DEFAULT_EVAL_SIZE = 4000  # the authors' eval_size
 # The most held-out rows a run may evaluate on (`eval_samples`; `Task.max_eval_size`): every eval pass
-# scores them all, and training is kept away from each of them. A larger fixed held-out set raises it.
+# scores them all, and training is kept away from each of them. A larger fixed held-out set raises it; a smaller
+# one is scored whole (mixit_lab.training.resolve.check_eval_size).
 MAX_EVAL_SIZE = 65_536
 
 Batch = tuple[torch.Tensor, ...]  # (tokens, mask), or (tokens, mask, labels) for classification tasks
@@ -215,7 +216,8 @@ class Task:
 
     @property
     def max_eval_size(self) -> int:
-        """The most held-out rows `eval_samples` may ask for: MAX_EVAL_SIZE, or a larger fixed held-out set's size."""
+        """The most held-out rows `eval_samples` may ask for: MAX_EVAL_SIZE, or a larger fixed held-out set's size
+        (a smaller one is scored whole). The rule is mixit_lab.training.resolve.check_eval_size's."""
         return max(MAX_EVAL_SIZE, self.held_out_size or 0)
 
     @property
@@ -227,7 +229,7 @@ class Task:
     @property
     def held_out_size(self) -> int | None:
         """The size of a fixed, finite held-out set (None: rows are drawn). `eval_set(n)` with a larger n
-        returns all of it; `mixit train --eval-samples` refuses more."""
+        returns all of it: a run asking for more evaluates on all of it (mixit_lab.training.resolve.check_eval_size)."""
         return None
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
