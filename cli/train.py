@@ -29,8 +29,10 @@ from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, stop_on_sigterm, add_executor_options, executor_from_args, check_output_dir,
     input_errors, path_arg,
 )
+from .options import add_field_options, field_values, option_flag
 
-DEFAULTS = TrainConfig()  # the one set of training defaults: every option below that sets a field starts here
+DEFAULTS = TrainConfig()  # the one set of training defaults: --variant, --seed, tune's --variants and --seeds start
+# here, TRAIN_OPTIONS' options from the fields themselves
 
 
 def _add_task_options(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -104,49 +106,54 @@ def _task_params(args: argparse.Namespace, task: str) -> dict[str, Any]:
     return params
 
 
+# The TrainConfig fields that are options of mixit train, tune and sweep, in --help's order, each with what its --help
+# says beyond the flag, type and default that the field gives (mixit_lab.cli.options): the one list of them.
+TRAIN_OPTIONS: dict[str, dict[str, Any]] = {
+    "d_model": {}, "n_layers": {}, "n_heads": {}, "lr": {}, "steps": {}, "batch_size": {},
+    "sampling": {"choices": TrainStream.SAMPLINGS,
+                 "help": "uniform: rows drawn independently (default); epochs: each row of a finite training set "
+                         "(memorize) once per epoch, as the authors' Trainer draws keys"},
+    "micro_batch_size": {"metavar": "ROWS",
+                         "help": "accumulate each batch's gradient over slices of ROWS rows, to fit a GPU's memory "
+                                 "(the same run up to float rounding; default: the whole batch at once)"},
+    "schedule": {"choices": SCHEDULES,
+                 "help": "the learning-rate schedule: ours (warmup, then cosine decay to 10%% of --lr) or the "
+                         "authors' scripts' default (warmup max(4%% of --steps, 500), then linear decay to 0)"},
+    "warmup_steps": {"help": "default: the schedule's (ours: 5%% of --steps)"},
+    "weight_decay": {}, "grad_clip": {}, "eval_every": {},
+    "eval_samples": {"help": "default: the task's held-out set size"},
+    "tune_samples": {"metavar": "ROWS",
+                     "help": "also score ROWS rows of the task's tuning set (a validation set held out of training "
+                             "and apart from the eval rows) at each evaluation, as tune_loss and tune_acc: what mixit "
+                             "tune chooses a learning rate on (0: none)"},
+    "checkpoint_every": {"help": "default: every eval"},
+    "device": {"help": "auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps"},
+    "compile": {"help": "wrap the model in torch.compile"},
+    "keep_checkpoints": {"metavar": "N",
+                         "help": "also keep the model at initialization and at N log-spaced steps up to the last, in "
+                                 "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)"},
+    "precision": {"choices": PRECISIONS,
+                  "help": "auto: bf16 autocast on CUDA, fp32 elsewhere; fast: as auto, but bf16 on a CPU whose bf16 "
+                          "matmuls measure >= 1.25x fp32's (measured once per machine); bf16: autocast on any CPU "
+                          "too; fp32: full precision everywhere"},
+}
+SIZE_FIELDS = ("d_model", "n_layers", "n_heads")  # a model's size: a sweep's grid of sizes is their product
+SWEPT = (*SIZE_FIELDS, "lr")  # mixit sweep takes several values of these (a grid); train and tune one
+
+
 def _add_training_options(parser: argparse.ArgumentParser, many: bool, lr: bool = True) -> None:
-    nargs = "+" if many else None
-    parser.add_argument("--d-model", type=int, nargs=nargs, default=[DEFAULTS.d_model] if many else DEFAULTS.d_model)
-    parser.add_argument("--n-layers", type=int, nargs=nargs, default=[DEFAULTS.n_layers] if many else DEFAULTS.n_layers)
-    parser.add_argument("--n-heads", type=int, nargs=nargs, default=[DEFAULTS.n_heads] if many else DEFAULTS.n_heads)
-    if lr:
-        parser.add_argument("--lr", type=float, nargs=nargs, default=[DEFAULTS.lr] if many else DEFAULTS.lr)
-    parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
-    parser.add_argument("--sampling", choices=TrainStream.SAMPLINGS, default=DEFAULTS.sampling,
-                        help="uniform: rows drawn independently (default); epochs: each row of a finite training set "
-                             "(memorize) once per epoch, as the authors' Trainer draws keys")
-    parser.add_argument("--micro-batch-size", type=int, default=DEFAULTS.micro_batch_size, metavar="ROWS",
-                        help="accumulate each batch's gradient over slices of ROWS rows, to fit a GPU's memory "
-                             "(the same run up to float rounding; default: the whole batch at once)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=DEFAULTS.schedule,
-                        help="the learning-rate schedule: ours (warmup, then cosine decay to 10%% of --lr) or the "
-                             "authors' scripts' default (warmup max(4%% of --steps, 500), then linear decay to 0)")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
-                        help="default: the schedule's (ours: 5%% of --steps)")
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
-    parser.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
-    parser.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every)
-    parser.add_argument("--eval-samples", type=int, default=DEFAULTS.eval_samples,
-                        help="default: the task's held-out set size")
-    parser.add_argument("--tune-samples", type=int, default=DEFAULTS.tune_samples, metavar="ROWS",
-                        help="also score ROWS rows of the task's tuning set (a validation set held out of training and "
-                             "apart from the eval rows) at each evaluation, as tune_loss and tune_acc: what mixit tune "
-                             "chooses a learning rate on (0: none)")
-    parser.add_argument("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every, help="default: every eval")
-    parser.add_argument("--device", default=DEFAULTS.device,
-                        help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps")
-    parser.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
-    parser.add_argument("--keep-checkpoints", type=int, default=DEFAULTS.keep_checkpoints, metavar="N",
-                        help="also keep the model at initialization and at N log-spaced steps up to the last, in "
-                             "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)")
+    """TRAIN_OPTIONS (all but --lr for mixit tune, which tries several), and --tracker and --bidirectional."""
+    names = [name for name in TRAIN_OPTIONS if lr or name != "lr"]
+    split = names.index("precision")  # --tracker, not a field, keeps its place before --precision in --help
+
+    def add(some: Sequence[str]) -> None:
+        add_field_options(parser, TrainConfig, {n: TRAIN_OPTIONS[n] for n in some}, many=SWEPT if many else ())
+
+    add(names[:split])
     parser.add_argument("--tracker", choices=TRACKERS, default="none",
                         help="also send the metrics to TensorBoard (RUN/tensorboard/) or Weights & Biases "
                              "(offline unless WANDB_MODE=online); metrics.jsonl stays the source of truth")
-    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULTS.precision,
-                        help="auto: bf16 autocast on CUDA, fp32 elsewhere; fast: as auto, but bf16 on a CPU "
-                             "whose bf16 matmuls measure >= 1.25x fp32's (measured once per machine); bf16: "
-                             "autocast on any CPU too; fp32: full precision everywhere")
+    add(names[split:])
     parser.add_argument("--bidirectional", action="store_true", help="non-causal attention")
 
 
@@ -192,6 +199,8 @@ def _comma_list(option: str, value: Any) -> list[str]:
 
 
 def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
+    """The TrainConfig the options ask for: TRAIN_OPTIONS' values, the model options and `fields` (task, variant,
+    seed); one line, exit 2, for a value it refuses."""
     extra = {"causal": False} if args.bidirectional else {}
     with input_errors(args.command):  # one line, `mixit COMMAND: error: ...`
         extra.update(_model_options(getattr(args, "model_option", [])))
@@ -207,26 +216,7 @@ def _train_config(args: argparse.Namespace, **fields: Any) -> TrainConfig:
                            "attention once, comma-separated (e.g. --attention mixing,softmax)")
         extra["attention"] = attention[0]
     with input_errors(args.command):
-        return TrainConfig(
-            steps=args.steps,
-            batch_size=args.batch_size,
-            micro_batch_size=args.micro_batch_size,
-            sampling=args.sampling,
-            warmup_steps=args.warmup_steps,
-            schedule=args.schedule,
-            weight_decay=args.weight_decay,
-            grad_clip=args.grad_clip,
-            eval_every=args.eval_every,
-            eval_samples=args.eval_samples,
-            tune_samples=args.tune_samples,
-            checkpoint_every=args.checkpoint_every,
-            device=args.device,
-            compile=args.compile,
-            keep_checkpoints=args.keep_checkpoints,
-            precision=args.precision,
-            model_extra=extra,
-            **fields,
-        )
+        return TrainConfig(**field_values(args, TRAIN_OPTIONS), model_extra=extra, **fields)
 
 
 def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -239,14 +229,13 @@ def _grid_overrides(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, 
         for name, opt in task_parameters().items()
         if (value := getattr(args, f"task_{name}"))
     }
-    if given & {"--d-model", "--n-layers", "--n-heads"} or args.grid is None:
-        out["sizes"] = [{"d_model": d, "n_layers": n, "n_heads": h}
-                        for d, n, h in itertools.product(args.d_model, args.n_layers, args.n_heads)]
-    if "--lr" in given or args.grid is None:
+    if given & {option_flag(name) for name in SIZE_FIELDS} or args.grid is None:
+        out["sizes"] = [dict(zip(SIZE_FIELDS, size))
+                        for size in itertools.product(*(getattr(args, name) for name in SIZE_FIELDS))]
+    if option_flag("lr") in given or args.grid is None:
         out["lrs"] = args.lr
-    fields = ("steps", "batch_size", "micro_batch_size", "sampling", "warmup_steps", "schedule", "weight_decay", "grad_clip",
-              "eval_every", "eval_samples", "tune_samples", "checkpoint_every", "device", "compile", "keep_checkpoints", "precision")
-    out["train"] = {k: getattr(args, k) for k in fields if "--" + k.replace("_", "-") in given or args.grid is None}
+    out["train"] = {name: getattr(args, name) for name in TRAIN_OPTIONS
+                    if name not in SWEPT and (option_flag(name) in given or args.grid is None)}
     if args.bidirectional:
         out["train"]["model_extra"] = {"causal": False}
     return {k: v for k, v in out.items() if v}
@@ -330,10 +319,8 @@ def _folder_of_runs(out: Path) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg = _train_config(
-        args, task=args.task, task_params=_task_params(args, args.task), variant=args.variant, seed=args.seed,
-        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, lr=args.lr,
-    )
+    cfg = _train_config(args, task=args.task, task_params=_task_params(args, args.task), variant=args.variant,
+                        seed=args.seed)
     with input_errors("train"):
         check_output_dir("--out", args.out)  # a file, below a file, read-only, not creatable (/proc/...): one line
         # Resolve the run as train() will (the task, the model, the eval size, the device: a GPU asked for and not
@@ -406,7 +393,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mixit_lab.training.tuning import tune
 
     cfg = _train_config(args, task=args.task, task_params=_task_params(args, args.task), variant=args.variants[0],
-                        seed=args.seeds[0], d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads)
+                        seed=args.seeds[0])
     with input_errors("tune"):
         check_output_dir("--out", args.out)
         bad = [v for v in args.variants if v not in VARIANTS]
