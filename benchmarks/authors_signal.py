@@ -52,7 +52,10 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # their Python runs this file too (--run): only the standard library at the top
+    from mixit_lab.reproduce.stage_options import SignalOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 # variant (ours) -> their shaped_attention and weight_frozen
@@ -142,13 +145,10 @@ def run_spec(spec_path: str) -> None:
 
 
 # --------------------------------------------------------------------------- our side
-def signal_jobs(block: dict[str, Any]) -> list[dict]:
-    """One job per (variant or control, width, depth, seed) of a preset's `signal:` block, in their terms."""
-    from mixit_lab.reproduce.reference import signal_labels, signal_settings
-
-    s = signal_settings(block)
+def signal_jobs(s: SignalOptions) -> list[dict]:
+    """One job per (variant or control, width, depth, seed) of a preset's signal stage, in their terms."""
     jobs = []
-    for label, (variant, overrides) in signal_labels(s).items():
+    for label, (variant, overrides) in s.labels().items():
         if variant not in THEIR_FLAGS:
             raise ValueError(f"{label}: no counterpart of variant {variant!r} in their model file at init")
         unknown = sorted(set(overrides) - set(SWITCHABLE))
@@ -158,13 +158,13 @@ def signal_jobs(block: dict[str, Any]) -> list[dict]:
         if not sink and variant != "mixit":
             raise ValueError(f"{label}: only mixit has a sink head")
         attention, frozen = THEIR_FLAGS[variant]
-        for width in s["widths"]:
-            for depth in s["depths"]:
-                for seed in s["seeds"]:
+        for width in sorted(s.widths):
+            for depth in sorted(s.depths):
+                for seed in sorted(s.seeds):
                     jobs.append({"label": label, "variant": variant, "model_overrides": overrides,
                                  "shaped_attention": attention, "weight_frozen": frozen, "sink_head": sink,
-                                 "d_model": width, "n_layers": depth, "n_heads": s["n_heads"], "n_ctx": s["n_ctx"],
-                                 "d_vocab": s["d_vocab"], "n_seqs": s["n_seqs"], "seed": seed})
+                                 "d_model": width, "n_layers": depth, "n_heads": s.n_heads, "n_ctx": s.n_ctx,
+                                 "d_vocab": s.d_vocab, "n_seqs": s.n_seqs, "seed": seed})
     return jobs
 
 
@@ -248,17 +248,13 @@ def run_theirs(jobs: list[dict], preset: str, repo: Path, python: str, threads: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def ours(block: dict[str, Any]):
-    """Our signal study at the block's settings, as the signal stage computes it (last-layer rows, Table 7)."""
+def ours(s: SignalOptions):
+    """Our signal study at the stage's settings, as the signal stage computes it (last-layer rows, Table 7)."""
     import pandas as pd
 
     from mixit_lab.analysis.signal import signal_propagation
-    from mixit_lab.reproduce.reference import signal_labels, signal_settings
 
-    s = signal_settings(block)
-    common = {k: s[k] for k in ("depths", "widths", "seeds", "n_heads", "n_ctx", "d_vocab", "n_seqs")}
-    frames = [signal_propagation(variants=[variant], **common, **overrides).assign(variant=label)
-              for label, (variant, overrides) in signal_labels(s).items()]
+    frames = [signal_propagation(**s.arguments(label)).assign(variant=label) for label in s.labels()]
     df = pd.concat(frames, ignore_index=True)
     return df[df["layer"] == df["depth"]].reset_index(drop=True)
 

@@ -43,6 +43,7 @@ from mixit_lab.training.sweep import Executor, Run, tasks_from_file, expand_grid
 from .analyses import analysis_stage
 from .corpora import TextChoice, choose_text
 from .preset import Preset
+from .stage_options import SignalOptions, SpeedOptions
 from .tuning import TuningPlan, plan_tuning, record_from_runs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -270,44 +271,32 @@ def _cached_csv(path: Path, config: dict[str, Any], compute: Callable[[], pd.Dat
     return df, False
 
 
-def signal_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+def signal_stage(options: SignalOptions, out: Path, log: Callable[[str], None]) -> None:
+    """Token similarity vs depth at initialisation (signal/signal.csv), unless cached at the same settings; a
+    control's rows carry its label in the variant column, next to the named variants."""
     from mixit_lab.analysis.signal import signal_propagation
 
-    config = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128], "seeds": [0, 1, 2],
-              **spec}
-    # controls: {label: {variant: ..., other ModelConfig fields}}, e.g. MixiT without its sink heads; their
-    # rows carry the label in the variant column, next to the named variants.
-    controls = config.pop("controls", None) or {}
-
-    def compute():
-        frames = [signal_propagation(**config)]
-        for label, overrides in controls.items():
-            overrides = dict(overrides)
-            variant = overrides.pop("variant")
-            frames.append(signal_propagation(**{**config, "variants": [variant], **overrides}).assign(variant=label))
+    def compute() -> pd.DataFrame:
+        frames = [signal_propagation(**options.arguments())]
+        frames += [signal_propagation(**options.arguments(label)).assign(variant=label) for label in options.controls]
         return pd.concat(frames, ignore_index=True)
 
-    _, cached = _cached_csv(out / SIGNAL_FILE, {**config, "controls": controls}, compute)
-    names = [*config["variants"], *controls]
-    log(f"signal: {'cached' if cached else 'computed'} ({', '.join(names)} at depths {config['depths']})")
+    _, cached = _cached_csv(out / SIGNAL_FILE, options.cache_key(), compute)
+    labels = ", ".join(options.labels())
+    log(f"signal: {'cached' if cached else 'computed'} ({labels} at depths {list(options.depths)})")
 
 
-def speed_stage(spec: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+def speed_stage(options: SpeedOptions, out: Path, log: Callable[[str], None]) -> None:
+    """Training throughput per variant (speed/speed.csv), unless cached at the same settings and columns."""
     import torch
 
-    from mixit_lab.training.benchmark import COLUMNS, measure_throughput
+    from mixit_lab.training.benchmark import measure_throughput
 
-    config = {"variants": "all", "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch_size": 32,
-              "vocab": 512, "steps": 5, "repeats": 3, "warmup": 2, "device": "auto", **spec}
-    if config["variants"] == "all":
-        from mixit_lab.models import VARIANTS
-
-        config["variants"] = list(VARIANTS)
     before = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # measured alone, after training, on every core
     try:
-        # The columns are part of the cache key: a file written before a column existed is measured again.
-        df, cached = _cached_csv(out / SPEED_FILE, {**config, "columns": COLUMNS}, lambda: measure_throughput(**config))
+        df, cached = _cached_csv(out / SPEED_FILE, options.cache_key(),
+                                 lambda: measure_throughput(**options.arguments()))
     finally:
         torch.set_num_threads(before)
     log(f"speed: {'cached' if cached else 'measured'} ({len(df)} variants)")

@@ -12,20 +12,24 @@ A preset file is a mapping:
     tune: {seeds: [0]}              the tuning seeds: a study with several lrs trains them all at these seeds and
                                     every other seed at each setting's chosen lr (mixit_lab.reproduce.tuning)
     analysis: {...}                 mixit_lab.analysis.analyze.AnalysisOptions fields for the analysis stage
-    signal: {...}, speed: {...}     settings of the signal-propagation and speed stages
+    signal: {...}                   the signal-propagation stage: mixit_lab.reproduce.stage_options.SignalOptions
+                                    fields, with the ModelConfig fields it sets for every variant flat in the block
+                                    (sink_head: false) and controls: {label: {variant: NAME, ModelConfig fields}}
+    speed: {...}                    the speed stage: SpeedOptions fields (measure_throughput's parameters)
     skip: [signal, speed]           stages this preset leaves out (both run by default)
 
 A preset is checked whole when it loads, before anything trains: an unknown key or a bad value in any block
 (train, a study, analysis, signal, speed, skip) is one ValueError naming the file, the block and the key.
-The train blocks are checked as TrainConfig, the analysis block as AnalysisOptions, the signal and speed blocks
-against the parameters of mixit_lab.analysis.signal.signal_propagation and mixit_lab.training.benchmark.measure_throughput. The
-blocks stay the mappings the file holds (they are the stages' cache keys), their defaults the stages' own.
+The train blocks are checked as TrainConfig, the analysis block as AnalysisOptions; these and `tune:` stay the
+mappings the file holds. The signal and speed blocks become `Preset.signal` (SignalOptions) and `Preset.speed`
+(SpeedOptions): typed, frozen, each default written once (the stage's own there, the rest in the signature of
+mixit_lab.analysis.signal.signal_propagation and mixit_lab.training.benchmark.measure_throughput), with the
+cache keys the stages wrote before they were typed. `Preset.to_dict()` gives them back as plain blocks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,8 @@ from typing import Any
 import yaml
 
 from mixit_lab.models.files import as_list, load_yaml
+
+from .stage_options import SignalOptions, SpeedOptions, as_mapping, check_setting
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
@@ -71,112 +77,24 @@ def _check_train(where: str, train: Any) -> None:
         raise ValueError(f"{where}: {e}") from None
 
 
-def _mapping(where: str, block: Any) -> dict[str, Any]:
-    """A stage's block as a dict (absent: empty); ValueError naming it when it is not a mapping."""
-    if not isinstance(block or {}, dict):
-        raise ValueError(f"{where} must be a mapping, not {block!r}")
-    return dict(block or {})
-
-
 def _check_analysis(where: str, block: Any) -> None:
     """The `analysis:` block: AnalysisOptions fields and values."""
     from mixit_lab.analysis.analyze import AnalysisOptions
 
     try:
-        AnalysisOptions.from_dict(_mapping(where, block))
+        AnalysisOptions.from_dict(as_mapping(where, block))
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}: {e}") from None
 
 
-def _parameters(fn: Any) -> dict[str, inspect.Parameter]:
-    """The named parameters of a stage's function (not **kwargs)."""
-    return {name: p for name, p in inspect.signature(fn).parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def _check_value(where: str, key: str, value: Any, default: Any) -> None:
-    """A stage setting of the same kind as its function's default: a positive integer (lists of them for lists
-    of integers), a string, a boolean; variants must be known (or "all")."""
-    from mixit_lab.models import VARIANTS
-
-    def positive_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1)
-
-    if key == "variants":
-        values = as_list(value)
-        bad = [v for v in values if v not in VARIANTS] if value != "all" else []
-        if not values or bad:
-            raise ValueError(f"{where}: variants={value!r}: {bad or 'none'} not among: all, {', '.join(VARIANTS)}")
-    elif isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"{where}: {key}={value!r} must be true or false")
-    elif isinstance(default, int):
-        if not positive_int(value):
-            raise ValueError(f"{where}: {key}={value!r} must be a positive integer")
-    elif isinstance(default, (tuple, list)):
-        if not as_list(value) or not all(positive_int(v) for v in as_list(value)):
-            kind = "integers >= 0" if key == "seeds" else "positive integers"
-            raise ValueError(f"{where}: {key}={value!r} must be a list of {kind}")
-    elif isinstance(default, str) and not isinstance(value, str):
-        raise ValueError(f"{where}: {key}={value!r} must be a string")
-
-
-def _check_model_fields(where: str, fields: dict[str, Any]) -> None:
-    from mixit_lab.models.config import ModelConfig
-
-    allowed = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
-
-
-def _check_stage(where: str, block: Any, fn: Any, extra: tuple[str, ...] = ()) -> None:
-    """A signal or speed block: the named parameters of `fn` (plus `extra`), each of its default's kind."""
-    block = _mapping(where, block)
-    params = _parameters(fn)
-    unknown = sorted(set(block) - set(params) - set(extra))
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted({*params, *extra})}")
-    for key, value in block.items():
-        if key in params:
-            _check_value(where, key, value, params[key].default)
-
-
-def _check_signal(where: str, block: Any) -> None:
-    """The `signal:` block: signal_propagation's parameters, ModelConfig fields, and `controls`
-    ({label: {variant: NAME, ModelConfig fields}})."""
-    from mixit_lab.analysis.signal import signal_propagation
-    from mixit_lab.models.config import ModelConfig
-
-    block = _mapping(where, block)
-    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"variant", "d_model", "n_layers", "seed"}
-    _check_stage(where, block, signal_propagation, ("controls", *model_fields))
-    for label, control in _mapping(f"{where}: controls", block.get("controls")).items():
-        if not isinstance(control, dict) or "variant" not in control:
-            raise ValueError(f"{where}: controls: {label!r} must be a mapping naming a variant")
-        _check_value(f"{where}: controls: {label!r}", "variants", [control["variant"]], None)
-        _check_model_fields(f"{where}: controls: {label!r}", {k: v for k, v in control.items() if k != "variant"})
-
-
-def _check_speed(where: str, block: Any) -> None:
-    """The `speed:` block: measure_throughput's parameters; precision one of TrainConfig's."""
-    from mixit_lab.training.benchmark import measure_throughput
-    from mixit_lab.training.config import PRECISIONS
-
-    _check_stage(where, block, measure_throughput)
-    precision = _mapping(where, block).get("precision", "auto")
-    if precision not in PRECISIONS:
-        raise ValueError(f"{where}: precision={precision!r} is not one of: {', '.join(PRECISIONS)}")
-
-
 def _check_tune(where: str, block: Any) -> None:
     """The `tune:` block: `seeds`, a non-empty list of integers >= 0."""
-    block = _mapping(where, block)
+    block = as_mapping(where, block)
     unknown = sorted(set(block) - {"seeds"})
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; allowed: ['seeds']")
     if "seeds" in block:
-        _check_value(where, "seeds", block["seeds"], [0])
+        check_setting(where, "seeds", block["seeds"], [0])
 
 
 def _check_schedules(where: str, schedules: Any) -> None:
@@ -235,8 +153,8 @@ class Preset:
     evidence: str = ""
     train: dict[str, Any] = field(default_factory=dict)
     analysis: dict[str, Any] = field(default_factory=dict)  # mixit_lab.analysis.analyze.AnalysisOptions fields
-    signal: dict[str, Any] = field(default_factory=dict)
-    speed: dict[str, Any] = field(default_factory=dict)
+    signal: SignalOptions = field(default_factory=SignalOptions)
+    speed: SpeedOptions = field(default_factory=SpeedOptions)
     tune: dict[str, Any] = field(default_factory=dict)  # {seeds: [...]}: the tuning seeds (default [0])
     skip: list[str] = field(default_factory=list)  # optional stages left out: "signal", "speed"
 
@@ -248,8 +166,8 @@ class Preset:
         _check_keys(f"{where}: preset has", data, cls)
         _check_train(f"{where}: train", data.get("train"))
         _check_analysis(f"{where}: analysis", data.get("analysis"))
-        _check_signal(f"{where}: signal", data.get("signal"))
-        _check_speed(f"{where}: speed", data.get("speed"))
+        signal = SignalOptions.from_dict(data.get("signal"), f"{where}: signal")
+        speed = SpeedOptions.from_dict(data.get("speed"), f"{where}: speed")
         _check_tune(f"{where}: tune", data.get("tune"))
         studies = {name: Study.from_dict(name, spec, f"{where}: ") for name, spec in data["studies"].items()}
         seeds = set(as_list((data.get("tune") or {}).get("seeds", [0])))
@@ -259,16 +177,17 @@ class Preset:
                                  f"seeds {sorted(seeds)}, not lrs={study.lrs} seeds={study.seeds}")
         for name, study in studies.items():  # the study's settings over the preset's, as the grid combines them
             _check_train(f"{where}: study {name!r}: train (over the preset's)", {**(data.get("train") or {}), **study.train})
-        blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "signal", "speed", "tune")}
+        blocks = {k: dict(data.get(k) or {}) for k in ("train", "analysis", "tune")}
         skip = as_list(data.get("skip") or [])
         bad = [s for s in skip if s not in SKIPPABLE]
         if bad:
             raise ValueError(f"{where}: skip={bad!r}: only these stages can be skipped: {', '.join(SKIPPABLE)}")
-        return cls(**{**data, **blocks, "skip": skip, "name": str(data.get("name", where)), "studies": studies})
+        return cls(**{**data, **blocks, "signal": signal, "speed": speed, "skip": skip,
+                      "name": str(data.get("name", where)), "studies": studies})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-able), as recorded in reproduce.json."""
-        return dataclasses.asdict(self)
+        """Plain data (JSON-able), as recorded in reproduce.json; from_dict reads it back to an equal preset."""
+        return {**dataclasses.asdict(self), "signal": self.signal.to_dict(), "speed": self.speed.to_dict()}
 
     def with_train(self, **fields: Any) -> Preset:
         """A copy in which `fields` (TrainConfig fields) hold for every study, over what the file says,

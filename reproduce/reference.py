@@ -12,8 +12,9 @@ measured at other settings never stands in for these.
 
 `benchmarks/authors_signal.py` writes the signal records (`task: signal`): Table 7's measurement on their
 model at initialization, one record per variant (or control), width, depth and seed. `reference_signal`
-turns those whose settings equal our signal stage's (its cache key beside signal/signal.csv) into the
-reference Table 7; they are never runs (`reference_runs` leaves them out).
+turns those whose settings equal our signal stage's (its cache key beside signal/signal.csv, read back as
+mixit_lab.reproduce.stage_options.SignalOptions) into the reference Table 7; they are never runs
+(`reference_runs` leaves them out).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from mixit_lab.analysis.runs import COLUMNS, RECORD, records, task_label
 from mixit_lab.models.files import read_json
 from mixit_lab.training.run import RecordedRun
 
+from .stage_options import SignalOptions
+
 REFERENCE_FILE = Path(__file__).resolve().with_name("authors_reference.json")
 
 # Settings that must match between a record and a run of ours (seeds are repeats, not settings). A record without a
@@ -41,9 +44,6 @@ SETTINGS = ("task_label", "d_model", "n_layers", "n_heads", "steps", "batch_size
 ALIASES = {"mixit_weight_frozen": "mixit"}
 
 SIGNAL_TASK = "signal"  # the task of the signal records
-# mixit_lab.reproduce.pipeline.signal_stage's own defaults (the rest are mixit_lab.analysis.signal.signal_propagation's)
-SIGNAL_STAGE_DEFAULTS = {"variants": ["random", "mixit"], "depths": [2, 4, 8, 16, 32], "widths": [128],
-                         "seeds": [0, 1, 2]}
 SIGNAL_PARAMS = ("n_ctx", "d_vocab", "n_seqs")  # a signal record's task_params
 
 
@@ -217,36 +217,6 @@ def own_schedule_runs(records: list[dict[str, Any]], ours: pd.DataFrame) -> dict
 
 
 # --------------------------------------------------------------------------- Table 7 at initialization
-def signal_settings(block: dict[str, Any]) -> dict[str, Any]:
-    """A signal stage's settings in full: `block` (a preset's `signal:` block, or the stage's cache key) over the
-    stage's defaults and signal_propagation's; `model` holds the ModelConfig fields it sets for every variant,
-    `controls` {label: {variant, fields}}. `device` is left out (where it ran, not what it measured)."""
-    import inspect
-
-    from mixit_lab.analysis.signal import signal_propagation
-
-    params = inspect.signature(signal_propagation).parameters
-    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
-    s = {**defaults, **SIGNAL_STAGE_DEFAULTS, **block}
-    known = set(params) | {"controls"}
-    out = {k: (sorted(int(x) for x in s[k]) if k in ("depths", "widths", "seeds") else s[k])
-           for k in ("variants", "depths", "widths", "seeds", "n_heads", "n_ctx", "d_vocab", "n_seqs")}
-    out["variants"] = list(out["variants"])
-    out["model"] = {k: v for k, v in block.items() if k not in known}
-    out["controls"] = {label: dict(c) for label, c in (block.get("controls") or {}).items()}
-    return out
-
-
-def signal_labels(settings: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Each row label of a signal table -> (its variant, the ModelConfig fields it sets): the variants, then the
-    controls (a control's fields over the block's)."""
-    labels = {v: (v, dict(settings["model"])) for v in settings["variants"]}
-    for label, control in settings["controls"].items():
-        labels[label] = (control["variant"], {**settings["model"], **{k: v for k, v in control.items()
-                                                                      if k != "variant"}})
-    return labels
-
-
 TABLE7_COLUMNS = ["variant", "d_model", "depth", "covariance", "cosine"]
 
 
@@ -255,25 +225,28 @@ def reference_signal(records: list[dict[str, Any]], signal_path: str | Path | No
     signal stage (its settings from the cache key beside `signal_path`, signal/signal.json), the last-layer
     covariance and cosine of the authors' model at init, means over the signal records of our seeds. A row
     needs a record for every seed of ours at the same heads, n_ctx, d_vocab, n_seqs and model fields; empty
-    without our stage's settings or without such records."""
+    without our stage's settings (or with settings this version cannot read) or without such records."""
     meta = None if signal_path is None else Path(signal_path).with_suffix(".json")
     if meta is None or not meta.is_file():
         return pd.DataFrame(columns=TABLE7_COLUMNS)
-    s = signal_settings(read_json(meta))
-    params = {k: s[k] for k in SIGNAL_PARAMS}
+    try:
+        s = SignalOptions.from_dict(read_json(meta), str(meta))
+    except ValueError:  # settings this version cannot read: no reference (the stage measures again when it runs)
+        return pd.DataFrame(columns=TABLE7_COLUMNS)
+    params = {k: getattr(s, k) for k in SIGNAL_PARAMS}
     signal = [r for r in records if is_signal(r)]
     rows = []
-    for label, (variant, fields) in signal_labels(s).items():
-        for width in s["widths"]:
-            for depth in s["depths"]:
+    for label, (variant, fields) in s.labels().items():
+        for width in sorted(s.widths):
+            for depth in sorted(s.depths):
                 hits = {r.get("seed"): r for r in signal
                         if r.get("base_variant", r.get("variant")) == variant and r.get("d_model") == width
-                        and r.get("n_layers") == depth and r.get("n_heads") == s["n_heads"]
+                        and r.get("n_layers") == depth and r.get("n_heads") == s.n_heads
                         and r.get("task_params") == params and (r.get("model_overrides") or {}) == fields
-                        and r.get("seed") in s["seeds"]}
-                if set(hits) != set(s["seeds"]):
+                        and r.get("seed") in s.seeds}
+                if set(hits) != set(s.seeds):
                     continue
                 rows.append({"variant": label, "d_model": width, "depth": depth,
-                             **{m: sum(float(hits[x][m]) for x in s["seeds"]) / len(s["seeds"])
+                             **{m: sum(float(hits[x][m]) for x in s.seeds) / len(s.seeds)
                                 for m in ("covariance", "cosine")}})
     return pd.DataFrame(rows, columns=TABLE7_COLUMNS)

@@ -321,9 +321,11 @@ def test_typed_options_refuse_unknown_keys_naming_them():
     """docs/architecture.md, "Typed options": each from_dict refuses an unknown key with one line naming it."""
     from mixit_lab.analysis.analyze import AnalysisOptions
     from mixit_lab.reproduce.preset import Preset, Study
+    from mixit_lab.reproduce.stage_options import SignalOptions, SpeedOptions
     from mixit_lab.training.config import TrainConfig
 
     for cls, data in ((TrainConfig, {"bogus_key": 1}), (AnalysisOptions, {"bogus_key": 1}),
+                      (SignalOptions, {"bogus_key": 1}), (SpeedOptions, {"bogus_key": 1}),
                       (Study, {"tasks": ["addition"], "bogus_key": 1}),
                       (Preset, {"studies": {"a": {"tasks": ["addition"]}}, "bogus_key": 1})):
         with pytest.raises(ValueError, match="bogus_key") as refused:

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import authors_classifier as ac  # noqa: E402
 import authors_reference as ar  # noqa: E402
 from mixit_lab.reproduce.preset import Preset, load_preset  # noqa: E402
+from mixit_lab.reproduce.stage_options import SignalOptions  # noqa: E402
 
 SIZE = {"d_model": 64, "n_layers": 2, "n_heads": 4}
 PRESET = {
@@ -214,8 +215,12 @@ SIGNAL = {"variants": ["random", "mixit"], "depths": [2, 8], "widths": [32], "se
           "controls": {"mixit, no sink": {"variant": "mixit", "sink_head": False}}}
 
 
+def _jobs(block):
+    return asig.signal_jobs(SignalOptions.from_dict(block))
+
+
 def test_a_signal_block_becomes_jobs_of_their_model():
-    jobs = asig.signal_jobs(SIGNAL)
+    jobs = _jobs(SIGNAL)
     assert len(jobs) == 3 * 2 * 2  # (random, mixit, the control) x depths x seeds
     by = {(j["label"], j["n_layers"], j["seed"]): j for j in jobs}
     random, mixit, control = by[("random", 2, 0)], by[("mixit", 8, 1)], by[("mixit, no sink", 2, 1)]
@@ -229,11 +234,11 @@ def test_a_signal_block_becomes_jobs_of_their_model():
     assert "head 0 of every layer rebuilt" in asig.describe(control) and "rebuilt" not in asig.describe(mixit)
     # what their model file cannot switch is refused, not silently measured as something else
     with pytest.raises(ValueError, match="residual_scale cannot be switched"):
-        asig.signal_jobs({**SIGNAL, "controls": {"x": {"variant": "mixit", "residual_scale": 0.5}}})
+        _jobs({**SIGNAL, "controls": {"x": {"variant": "mixit", "residual_scale": 0.5}}})
     with pytest.raises(ValueError, match="only mixit has a sink"):
-        asig.signal_jobs({**SIGNAL, "controls": {"x": {"variant": "random", "sink_head": False}}})
+        _jobs({**SIGNAL, "controls": {"x": {"variant": "random", "sink_head": False}}})
     with pytest.raises(ValueError, match="no counterpart"):
-        asig.signal_jobs({**SIGNAL, "variants": ["shaped"]})
+        _jobs({**SIGNAL, "variants": ["shaped"]})
 
 
 def test_their_model_is_configured_as_depth_py_configures_it():
@@ -256,23 +261,21 @@ def test_the_recorded_signal_reference_covers_the_presets_signal_settings(preset
     the recorded file at the stage's settings has every row: a changed `signal:` block without new records fails."""
     import math
 
-    from mixit_lab.reproduce.reference import load_reference, reference_signal, signal_labels, signal_settings
+    from mixit_lab.reproduce.reference import load_reference, reference_signal
 
-    block = load_preset(preset_name).signal
+    s = load_preset(preset_name).signal
     records = [r for r in load_reference() if r.get("task") == "signal" and r.get("preset") == preset_name]
     have = {(r["variant"], r["d_model"], r["n_layers"], r["seed"]) for r in records}
-    for job in asig.signal_jobs(block):
+    for job in asig.signal_jobs(s):
         assert (job["label"], job["d_model"], job["n_layers"], job["seed"]) in have, job
     for rec in records:
         assert {"command", "authors_commit", "date", "machine", "base_variant", "model_overrides"} <= set(rec)
         assert all(math.isfinite(rec[m]) for m in ("covariance", "cosine", "variance", "covariance_layer0"))
     # the stage's cache key (mixit_lab.reproduce.pipeline.signal_stage writes it beside signal.csv) selects them
-    s = signal_settings(block)
-    key = {k: s[k] for k in ("variants", "depths", "widths", "seeds")} | {k: v for k, v in block.items()}
-    (tmp_path / "signal.json").write_text(json.dumps(key))
+    (tmp_path / "signal.json").write_text(json.dumps(s.cache_key()))
     t7 = reference_signal(load_reference(), tmp_path / "signal.csv")
-    assert len(t7) == len(signal_labels(s)) * len(s["widths"]) * len(s["depths"])
-    assert set(t7["variant"]) == set(signal_labels(s))
+    assert len(t7) == len(s.labels()) * len(s.widths) * len(s.depths)
+    assert set(t7["variant"]) == set(s.labels())
 
 
 # --------------------------------------------------------------------------- sentiment: their classifier

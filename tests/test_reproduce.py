@@ -86,6 +86,12 @@ def test_bad_presets_are_one_line_errors(tmp_path):
     ("speed: {steps: many}", "steps='many'"),
     ("speed: {variants: [standard, nope]}", "nope"),
     ("speed: {precison: fp32}", "precison"),
+    ("signal: {sink_head: maybe}", "sink_head='maybe'"),  # a ModelConfig field, flat in the block
+    ("signal: {model: {sink_head: false}}", "['model']"),  # ... never nested
+    ("signal: {controls: {x: {variant: mixit, sink_hed: false}}}", "sink_hed"),
+    ("signal: {n_seqs: 2.5}", "n_seqs=2.5"),
+    ("speed: {compile: maybe}", "compile='maybe'"),
+    ("speed: {warmup: -1}", "warmup=-1"),
     ("skip: [figures]", "figures"),
 ])
 def test_every_block_of_a_preset_is_checked_before_anything_runs(tmp_path, capsys, block, key):
@@ -1231,21 +1237,25 @@ def _signal_records(growth, seeds=(0, 1), **change):
 def signal_dir(tmp_path_factory):
     """A runs folder whose signal stage ran at SIGNAL_BLOCK (signal/signal.csv and its cache key)."""
     from mixit_lab.reproduce.pipeline import signal_stage
+    from mixit_lab.reproduce.stage_options import SignalOptions
 
     out = tmp_path_factory.mktemp("runs")
-    signal_stage(json.loads(json.dumps(SIGNAL_BLOCK)), out, lambda _: None)
+    signal_stage(SignalOptions.from_dict(SIGNAL_BLOCK), out, lambda _: None)
     return out
 
 
-def test_the_signal_stage_defaults_are_the_ones_the_reference_assumes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("block", [{}, SIGNAL_BLOCK])
+def test_the_reference_reads_the_signal_stage_settings_back_from_its_cache_key(tmp_path, monkeypatch, block):
+    """What the stage ran at, its defaults included, is what the reference reads beside signal.csv."""
     import mixit_lab.analysis.signal
     from mixit_lab.reproduce.pipeline import signal_stage
-    from mixit_lab.reproduce.reference import SIGNAL_STAGE_DEFAULTS
+    from mixit_lab.reproduce.stage_options import SignalOptions
 
+    options = SignalOptions.from_dict(block)
     monkeypatch.setattr(mixit_lab.analysis.signal, "signal_propagation", lambda **kw: pd.DataFrame({"variant": []}))
-    signal_stage({}, tmp_path, lambda _: None)
+    signal_stage(options, tmp_path, lambda _: None)
     key = json.loads((tmp_path / "signal" / "signal.json").read_text())
-    assert {k: key[k] for k in SIGNAL_STAGE_DEFAULTS} == SIGNAL_STAGE_DEFAULTS
+    assert SignalOptions.from_dict(key) == options and key == options.cache_key()
 
 
 def test_table7_reference_from_the_authors_model_at_our_signal_settings(signal_dir, tmp_path):
