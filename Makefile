@@ -26,14 +26,17 @@ demo: venv
 	$(BIN)/mixit sweep --tasks addition --digits 3 --variants all --d-model 64 --n-layers 2 --n-heads 4 \
 		--steps 1500 --batch-size 128 --lr 1e-3 --eval-every 250 --seeds 0 --workers 2 --out checkpoints/demo
 
+# Two test processes (pytest-xdist); `make test TEST_WORKERS=auto` for one per core, 0 for one process.
+TEST_WORKERS ?= 2
+
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit-test loop: every package, without the tests marked slow (torchrun, Ray, notebooks, the browser,
 # long training, end-to-end reproductions, and each CLI case's fresh interpreter); `make test` runs them all.
 # 1,153 tests; 3.7 min on 2 cores.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 # The CUDA path, run once (benchmarks/gpu_check.py): device tests, a short bf16 run of every paper-preset shape with
 # its step time, a one-process torchrun (NCCL), and the CUDA-trained runs analysed and opened in the explorer on the

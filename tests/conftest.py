@@ -10,7 +10,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+
+def _threads_per_process() -> int:
+    """The cores this test process may use: all of them (at most 2) alone, its share under pytest-xdist's workers."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
+torch.set_num_threads(min(_threads_per_process(), torch.get_num_threads()))
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # the commands a test starts share its cores too
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_process()))
 
 
 def _shared_data() -> Path | None:
@@ -176,3 +185,12 @@ def read_more_than_once(opened: list[Path], runs_dir: Path) -> dict[str, int]:
 
     return {str(p.relative_to(runs_dir)): n for p, n in Counter(opened).items()
             if n > (2 if p.parts[-2:] == ("checkpoint", "config.json") else 1)}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) the tests that share a module-scoped fixture (a
+    trained runs folder, a smoke reproduction) run on one worker, which builds it once; the others spread one by one."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # the fixtures a test uses, with their scopes (no public API)
+        if info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -90,9 +90,10 @@ def test_evaluate_sequence_and_token_metrics():
 
 
 @pytest.mark.slow
-def test_small_standard_model_learns_three_digit_addition(tmp_path):
-    # It takes off between steps 400 and 700 depending on the CPU's float rounding; 1,000 leaves margin.
-    cfg = TrainConfig(task="addition", task_params={"digits": 3}, variant="standard", d_model=64, n_layers=2,
+def test_small_standard_model_learns_two_digit_addition(tmp_path):
+    # It passes 0.9 near step 420 here (0.39 at 300, 0.87 at 400, 0.98 at 500); 1,000 steps leave more than twice
+    # that, for CPUs whose float rounding makes it take off later.
+    cfg = TrainConfig(task="addition", task_params={"digits": 2}, variant="standard", d_model=64, n_layers=2,
                       n_heads=4, steps=1000, batch_size=128, lr=3e-3, eval_every=500, eval_samples=1000)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["status"] == "finished"
