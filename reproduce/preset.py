@@ -38,7 +38,7 @@ import yaml
 
 from mixit_lab.models.files import as_list, load_yaml
 
-from .stage_options import SignalOptions, SpeedOptions, as_mapping, check_setting
+from .stage_options import SignalOptions, SpeedOptions, as_mapping, check_setting, refuse_unknown
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 SKIPPABLE = ("signal", "speed")  # stages a preset may leave out (`skip:`)
@@ -66,10 +66,7 @@ def _check_train(where: str, train: Any) -> None:
 
     if not isinstance(train or {}, dict):
         raise ValueError(f"{where} must be a mapping of TrainConfig fields")
-    allowed = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(train or {}) - allowed)
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+    refuse_unknown(where, train or {}, {f.name for f in dataclasses.fields(TrainConfig)})
     try:
         TrainConfig.from_dict(dict(train or {}))
         check_model_extra((train or {}).get("model_extra", {}))
@@ -90,9 +87,7 @@ def _check_analysis(where: str, block: Any) -> None:
 def _check_tune(where: str, block: Any) -> None:
     """The `tune:` block: `seeds`, a non-empty list of integers >= 0."""
     block = as_mapping(where, block)
-    unknown = sorted(set(block) - {"seeds"})
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; allowed: ['seeds']")
+    refuse_unknown(where, block, {"seeds"})
     if "seeds" in block:
         check_setting(where, "seeds", block["seeds"], [0])
 

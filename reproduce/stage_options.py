@@ -147,7 +147,8 @@ class _StageOptions:
         return {k: _plain(getattr(self, k)) for k in self.settings()}
 
 
-def _refuse_unknown(where: str, data: dict[str, Any], allowed: set[str]) -> None:
+def refuse_unknown(where: str, data: dict[str, Any], allowed: set[str]) -> None:
+    """ValueError naming the keys of a block that are not among `allowed`, and the allowed ones."""
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
@@ -185,7 +186,7 @@ class SignalOptions(_StageOptions):
         """Options from a `signal:` block (None: the defaults), or from the cache key a signal stage wrote."""
         data = as_mapping(where, block)
         settings, model_fields = set(cls.settings()), _model_fields() - set(cls.settings())
-        _refuse_unknown(where, data, {*settings, "controls", *model_fields})
+        refuse_unknown(where, data, {*settings, "controls", *model_fields})
         controls = {}
         for label, control in as_mapping(f"{where}: controls", data.get("controls")).items():
             controls[label] = _read_control(f"{where}: controls: {label!r}", control)
@@ -242,7 +243,7 @@ def _read_control(where: str, control: Any) -> dict[str, Any]:
         raise ValueError(f"{where} must be a mapping naming a variant")
     if not isinstance(control["variant"], str) or control["variant"] not in VARIANTS:
         raise ValueError(f"{where}: variant={control['variant']!r} is not one of: {', '.join(VARIANTS)}")
-    _refuse_unknown(where, {k: v for k, v in control.items() if k != "variant"}, _model_fields())
+    refuse_unknown(where, {k: v for k, v in control.items() if k != "variant"}, _model_fields())
     return dict(control)
 
 
@@ -274,7 +275,7 @@ class SpeedOptions(_StageOptions):
         from mixit_lab.training.config import PRECISIONS
 
         data = as_mapping(where, block)
-        _refuse_unknown(where, data, set(cls.settings()))
+        refuse_unknown(where, data, set(cls.settings()))
         options = cls(**cls._read_settings(where, data), written=frozenset(data))
         if options.precision not in PRECISIONS:
             raise ValueError(f"{where}: precision={options.precision!r} is not one of: {', '.join(PRECISIONS)}")
