@@ -32,8 +32,9 @@ task's token strings for the algorithmic tasks) and offer TransformerLens's `to_
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 import torch.nn as nn
@@ -156,6 +157,7 @@ class Transformer(TextMethods, LensWeights, HookedRootModule):
         else:
             self.classifier = Classifier(config)
         self.tokenizer = None  # a tokenizers.Tokenizer: the task's, set by training (set_tokenizer)
+        self._values_trusted = False  # inside trusted_inputs(): the checks that read token values are skipped
         self._init_weights()
         apply_freeze(self, config)  # requires_grad, and masks + gradient hooks for frozen heads (models/freeze.py)
         self.setup()  # registers hook points with HookedRootModule
@@ -242,7 +244,7 @@ class Transformer(TextMethods, LensWeights, HookedRootModule):
         """Final normalized residual stream [batch, pos - from_pos, d_model], at positions from_pos.. (see forward);
         with stop_at_layer, the (unnormalized) stream entering that block."""
         tokens, attention_mask = self._tokens_and_mask(tokens, attention_mask)  # after forward's: only checks
-        if attention_mask is not None:  # every forward pass comes here once
+        if attention_mask is not None and not self._values_trusted:  # every forward pass comes here once
             self._check_no_left_padding(attention_mask)
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(
@@ -250,7 +252,7 @@ class Transformer(TextMethods, LensWeights, HookedRootModule):
             )
         if tokens.shape[1] > self.config.n_ctx:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx={self.config.n_ctx}")
-        if tokens.numel():  # an id out of range would be a bare IndexError (CPU) or a device-side assert (CUDA)
+        if tokens.numel() and not self._values_trusted:  # an id out of range: a bare IndexError or a device-side assert
             lo, hi = (int(v) for v in tokens.aminmax())
             if lo < 0 or hi >= self.config.d_vocab:
                 raise ValueError(f"token id {lo if lo < 0 else hi} is out of range: allowed 0..{self.config.d_vocab - 1} "
@@ -286,6 +288,16 @@ class Transformer(TextMethods, LensWeights, HookedRootModule):
         if return_cache_object:
             return out, LensCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict
+
+    @contextmanager
+    def trusted_inputs(self) -> Iterator[None]:
+        """Skip the checks that read token and mask values (ids in range, no left padding) inside this block: each
+        is a host read, which on a GPU waits for every queued kernel. The trainer's batches are its task's own."""
+        before, self._values_trusted = self._values_trusted, True
+        try:
+            yield
+        finally:
+            self._values_trusted = before
 
     def _tokens_and_mask(self, tokens, attention_mask):
         """Tokenize text input (building its padding mask); check a token tensor's mask and make it bool.

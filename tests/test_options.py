@@ -190,7 +190,7 @@ def test_a_run_that_diverged_before_its_first_checkpoint_does_not_block_the_corr
                  tmp_path)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
     # the one line names the options that set the first step (was: "non-finite gradient norm at step 0" alone)
-    assert "at step 0; no checkpoint was written yet" in bad.stderr and "init_std=1e+30" in bad.stderr
+    assert "at step 0, found at step 2; no checkpoint was written yet" in bad.stderr and "init_std=1e+30" in bad.stderr
     good = _mixit(["train", "--task", "addition", *SMALL, "--quiet", "--out", "r"], tmp_path)
     assert good.returncode == 0, good.stderr[-1500:]
 

@@ -186,12 +186,13 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
         return loss * float("nan") if calls["n"] > 15 else loss
 
     monkeypatch.setattr("mixit_lab.training.loss.masked_loss", nan_from_step_15)
-    with pytest.raises(TrainingDiverged, match="non-finite loss.*step 15.*step 10"):
+    # read from the device at the next log (step 20), it names the step where the loss first was not finite
+    with pytest.raises(TrainingDiverged, match="non-finite loss.*at step 15, found at step 20.*step 10"):
         train(TrainConfig(**TINY, steps=40), tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run")  # a run directory loads its checkpoint
     assert all(torch.isfinite(p).all() for p in model.parameters())
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "diverged"
+    assert (summary["status"], summary["step"]) == ("diverged", 15)
     assert json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())["step"] == 10
 
 

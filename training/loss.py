@@ -7,6 +7,7 @@ attached it runs every position, as the hooks expect.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +17,8 @@ from .precision import autocast_for
 from .tasks import Task
 
 
-def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor,
+                  host_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits at the positions that predict scored tokens, and those targets.
 
     Position t-1 predicts token t; only rows of the residual stream that predict a scored
@@ -25,9 +27,11 @@ def masked_logits(model, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torc
     model later ones never reach it), and its last block from the first such position on
     (`from_pos`): memorization's 3-token rows, scored at the end, need 2 positions and the last
     block at 1. With hooks attached (ablations, patching) it runs on every position, as they expect.
+    `host_mask`: the same mask on the CPU (the trainer's batch before it moved), read for the span instead of
+    `mask`, so that a GPU step needs no host sync.
     """
     predict = mask[:, 1:]
-    span = _scored_span(model, predict)
+    span = _scored_span(model, predict if host_mask is None else host_mask[:, 1:])
     if span is None:
         resid = model(tokens, return_type=None)[:, :-1]
         return model.unembed(resid[predict]).float(), tokens[:, 1:][predict]
@@ -47,32 +51,40 @@ def _scored_span(model, predict: torch.Tensor) -> tuple[int, int] | None:
         return None
     if any(point.has_hooks() for point in model.hook_dict.values()):
         return None
+    if predict.device.type == "cpu":  # read as numpy: host memory, no device to wait for
+        scored = np.flatnonzero(predict.numpy().any(0))
+        return (int(scored[0]), int(scored[-1])) if len(scored) else None
     scored = predict.any(0).nonzero()
     return (int(scored[0]), int(scored[-1])) if len(scored) else None
 
 
-def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Next-token cross-entropy over the scored tokens of `mask`."""
-    logits, targets = masked_logits(model, tokens, mask)
+def masked_loss(model, tokens: torch.Tensor, mask: torch.Tensor, reduction: str = "mean",
+                host_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Next-token cross-entropy over the scored tokens of `mask` (`host_mask`: see masked_logits)."""
+    logits, targets = masked_logits(model, tokens, mask, host_mask)
     return F.cross_entropy(logits, targets, reduction=reduction)
 
 
-def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...], reduction: str = "mean") -> torch.Tensor:
+def task_loss(model, task: Task, batch: tuple[torch.Tensor, ...], reduction: str = "mean",
+              host_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The training loss of one batch: masked next-token cross-entropy, or class cross-entropy.
 
-    reduction "mean" averages over the scored tokens (rows for a classifier), "sum" adds them up."""
+    reduction "mean" averages over the scored tokens (rows for a classifier), "sum" adds them up. `host_mask`:
+    the batch's mask still on the CPU, where the scored span is read (see masked_logits)."""
     if task.objective == "classification":
         tokens, mask, labels = batch
         return F.cross_entropy(model.classify(tokens, mask).float(), labels, reduction=reduction)
     tokens, mask = batch
-    return masked_loss(model, tokens, mask, reduction)
+    return masked_loss(model, tokens, mask, reduction, host_mask)
 
 
 def scored_count(task: Task, batch: tuple[torch.Tensor, ...]) -> int:
-    """How many terms task_loss averages over in `batch`: scored tokens, or rows for a classifier."""
+    """How many terms task_loss averages over in `batch`: scored tokens, or rows for a classifier. A batch in host
+    memory (the trainer's, before it moves) is counted with numpy: no device to wait for."""
     if task.objective == "classification":
         return batch[0].shape[0]
-    return int(batch[1][:, 1:].sum())
+    predict = batch[1][:, 1:]
+    return int(predict.numpy().sum() if predict.device.type == "cpu" else predict.sum())
 
 
 class SummedLoss(torch.nn.Module):

@@ -198,6 +198,9 @@ class _Loop:
         self.step, self.elapsed_before, self.best_acc = 0, 0.0, None
         self.moved = False  # a logged step had a nonzero gradient (else the finished run is flagged: nothing trained)
         self.window_loss, self.window_n = 0.0, 0
+        # each step's loss and gradient norm, held on the device until the next read (_settle): no host sync a step
+        self.pending = torch.zeros(max(1, cfg.log_every), 2, device=device)
+        self.n_pending, self.grad_norm = 0, float("nan")
         # this session's counters
         self.train_time, self.train_tokens, self.t_start = 0.0, 0, 0.0
         self.last: dict[str, Any] = {}
@@ -233,8 +236,9 @@ class _Loop:
         self.model.train()
         self.t_start = time.perf_counter()
         try:
-            while self.step < cfg.steps:
-                self._one_step()
+            with self.model.trusted_inputs():  # the task's own batches: no per-step read of token values
+                while self.step < cfg.steps:
+                    self._one_step()
         except TrainingDiverged as e:
             self._diverged(e)
         self.bar.close()
@@ -245,57 +249,76 @@ class _Loop:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def _one_step(self) -> None:
-        """One optimizer step, then what falls due at the new step: a log (and evaluation), a kept model, a checkpoint."""
+        """One optimizer step, then what falls due at the new step: a log (and evaluation), a kept model, a checkpoint.
+
+        Nothing here reads a device value except at those steps (_settle), so on a GPU the host queues the next
+        step's kernels while this one runs."""
         cfg, ranks = self.cfg, self.ranks
         t0 = time.perf_counter()
-        loss_value, grad_norm = self._train_step(self.stream.next())
+        self._train_step(self.stream.next())
         self.step += 1
         step = self.step
         if self.device.type == "cuda" and step % cfg.log_every == 0:
             torch.cuda.synchronize()
         self.train_time += time.perf_counter() - t0
         self.train_tokens += cfg.batch_size * self.task.seq_len
-        self.window_loss += loss_value
-        self.window_n += 1
-        is_eval = (step % cfg.eval_every == 0 or step == cfg.steps) and ranks.main
-        if ranks.main and (step % cfg.log_every == 0 or is_eval):
-            self._log(grad_norm, is_eval)
+        is_log = step % cfg.log_every == 0 or step % cfg.eval_every == 0 or step == cfg.steps
+        is_checkpoint = step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps
+        if is_log or is_checkpoint or step in self.kept or self.n_pending == len(self.pending):
+            self._settle()  # every rank at the same steps: a diverged run stops on all of them together
+        if ranks.main and is_log:
+            self._log(step % cfg.eval_every == 0 or step == cfg.steps)
         self._keep_model(step)
-        if ranks.main and (step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps):
+        if ranks.main and is_checkpoint:
             self._save_checkpoint(self._elapsed())
         self.bar.update(1)
 
-    def _train_step(self, batch: tuple[torch.Tensor, ...]) -> tuple[float, torch.Tensor]:
+    def _train_step(self, batch: tuple[torch.Tensor, ...]) -> None:
         """One optimizer step at self.step on one training batch: the learning rate of the schedule, the loss, its
-        gradient, clipping and AdamW. Returns (the loss, the gradient norm before clipping); TrainingDiverged when
-        either is not finite. With several processes, or micro-batches, the loss is accumulated (_accumulate)."""
+        gradient, clipping and AdamW. The loss and the gradient norm before clipping stay on the device, in
+        self.pending, until _settle reads them. With several processes, or micro-batches, the loss is accumulated
+        (_accumulate)."""
         cfg, step, device = self.cfg, self.step, self.device
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step)
         self.optimizer.zero_grad(set_to_none=True)
         if self.summed is None and (cfg.micro_batch_size or cfg.batch_size) >= cfg.batch_size:
-            batch = tuple(t.to(device, non_blocking=True) for t in batch)
+            host_mask = batch[1] if self.task.objective != "classification" else None
+            on_device = tuple(t.to(device, non_blocking=True) for t in batch)
             with autocast_for(device, self.precision):
-                loss = task_loss(self.forward, self.task, batch)
-            loss_value = loss.item()
-            if math.isfinite(loss_value):
-                loss.backward()
+                loss = task_loss(self.forward, self.task, on_device, host_mask=host_mask)
+            loss.backward()
         else:
-            loss_value = self._accumulate(batch)
-        if not math.isfinite(loss_value):
-            raise TrainingDiverged(f"non-finite loss ({loss_value}) at step {step}")
+            loss = self._accumulate(batch)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for g in self.optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
         )
-        if not torch.isfinite(grad_norm):
-            raise TrainingDiverged(f"non-finite gradient norm at step {step}")
-        self.optimizer.step()
-        return loss_value, grad_norm
+        self.pending[self.n_pending, 0].copy_(loss.detach())
+        self.pending[self.n_pending, 1].copy_(grad_norm)
+        self.n_pending += 1
+        self.optimizer.step()  # a non-finite step still runs: _settle finds it before any weights are written
 
-    def _accumulate(self, batch: tuple[torch.Tensor, ...]) -> float:
+    def _settle(self) -> None:
+        """Read the losses and gradient norms of the steps since the last read (the loop's one host sync): add the
+        losses to the log window and keep the last norm; TrainingDiverged at the first non-finite value, with its
+        step (self.step becomes that step: the run diverged there). The read comes before every log, kept model
+        and checkpoint, so no weights that saw a non-finite step are written."""
+        values, first = self.pending[: self.n_pending].tolist(), self.step - self.n_pending
+        self.n_pending = 0
+        for i, (loss, norm) in enumerate(values):
+            for name, value in (("loss", loss), ("gradient norm", norm)):
+                if not math.isfinite(value):
+                    found, self.step = self.step, first + i
+                    raise TrainingDiverged(f"non-finite {name} ({value}) at step {first + i}, found at step {found}")
+            self.window_loss += loss
+            self.window_n += 1
+        if values:
+            self.grad_norm = values[-1][1]
+
+    def _accumulate(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Backward the batch's mean loss slice by slice (micro-batches of this rank's rows; DDP averages over the
         ranks, synchronizing on the last slice only), each slice's summed loss scaled to the global mean's share.
-        Returns the global batch's mean loss."""
+        Returns the global batch's mean loss, on the device."""
         cfg, device, ranks = self.cfg, self.device, self.ranks
         mine = tuple(t[ranks.rows(cfg.batch_size)] for t in batch)
         n_rows, scale = mine[0].shape[0], ranks.size / scored_count(self.task, batch)
@@ -309,15 +332,16 @@ class _Loop:
                     loss = summed(*(t[start:start + micro].to(device, non_blocking=True) for t in mine)) * scale
                 loss.backward()
             total += loss.detach().float()
-        return ranks.sum(total / ranks.size).item()
+        return ranks.sum(total / ranks.size)
 
-    def _log(self, grad_norm: torch.Tensor, is_eval: bool) -> None:
-        """Log the step (rank 0): the mean training loss since the last log, and at an eval step the held-out scores."""
+    def _log(self, is_eval: bool) -> None:
+        """Log the step (rank 0; after _settle): the mean training loss since the last log, and at an eval step the
+        held-out scores."""
         record = {
             "step": self.step,
             "loss": self.window_loss / self.window_n,
             "lr": self.cfg.lr_at(self.step - 1),
-            "grad_norm": float(grad_norm),
+            "grad_norm": self.grad_norm,
             "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
             "elapsed_s": self._elapsed(),
         }
