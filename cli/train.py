@@ -129,6 +129,8 @@ TRAIN_OPTIONS: dict[str, dict[str, Any]] = {
     "checkpoint_every": {"help": "default: every eval"},
     "device": {"help": "auto (CUDA if present, else CPU), cpu, cuda, cuda:N, mps"},
     "compile": {"help": "wrap the model in torch.compile"},
+    "cuda_graph": {"help": "on CUDA, capture the training step once as a CUDA graph and replay it (fewer launches: "
+                           "faster small models); eager on the CPU, with several processes or micro-batches"},
     "keep_checkpoints": {"metavar": "N",
                          "help": "also keep the model at initialization and at N log-spaced steps up to the last, in "
                                  "RUN/checkpoints/step_NNNNNN/ (score them with mixit analyze --checkpoints)"},

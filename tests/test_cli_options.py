@@ -102,7 +102,7 @@ VALUES = {  # a value other than the default for every option TRAIN_OPTIONS make
     "d_model": 32, "n_layers": 1, "n_heads": 2, "lr": 3e-3, "steps": 40, "batch_size": 8, "sampling": "epochs",
     "micro_batch_size": 4, "schedule": "authors", "warmup_steps": 3, "weight_decay": 0.05, "grad_clip": 0.5,
     "eval_every": 10, "eval_samples": 64, "tune_samples": 16, "checkpoint_every": 20, "device": "cpu",
-    "compile": True, "keep_checkpoints": 2, "precision": "fp32",
+    "compile": True, "cuda_graph": True, "keep_checkpoints": 2, "precision": "fp32",
 }
 
 

@@ -55,6 +55,8 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"
     compile: bool = False
+    cuda_graph: bool = False  # capture the step as a CUDA graph and replay it (mixit_lab.training.graph_step); eager
+    # elsewhere (CPU, several processes, micro-batches, compile) and where the capture fails: the same numbers
     keep_checkpoints: int = 0  # keep the model at 0 and at this many log-spaced steps up to the last (training dynamics)
     precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere), fp32, bf16 (autocast, CPU too), or
     # fast (auto, but bf16 on a CPU whose bf16 matmuls measure >= BF16_MIN_SPEEDUP x fp32's)

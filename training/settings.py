@@ -21,7 +21,7 @@ class SettingsChanged(ValueError):
 
 
 # how a run executes or what it keeps, not what it computes (micro-batches: the same gradient, up to float rounding)
-IGNORED_SETTINGS = ("device", "compile", "keep_checkpoints", "micro_batch_size")
+IGNORED_SETTINGS = ("device", "compile", "cuda_graph", "keep_checkpoints", "micro_batch_size")
 
 
 def settings_differences(run_dir: str | Path, cfg: TrainConfig) -> list[tuple[str, Any, Any]]:

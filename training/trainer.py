@@ -39,6 +39,7 @@ from mixit_lab.models.seeds import derive_seed
 from mixit_lab.training.resolve import ResolvedRun, resolve, resolve_device
 
 from .config import TrainConfig
+from .graph_step import GraphedStep, graph_refusal
 from .loss import SummedLoss, evaluate, scored_count, task_loss
 from .machine import keep_freed_memory
 from .optim import build_optimizer, first_step_options
@@ -207,6 +208,7 @@ class _Loop:
         self.last_acc = float("nan")
         self.summed: torch.nn.Module | None = None  # the DDP-wrapped summed loss, with several processes
         self.forward: torch.nn.Module = self.model  # compiled by prepare() with cfg.compile
+        self.graphed: GraphedStep | None = None  # the step as a CUDA graph, set by prepare() with cfg.cuda_graph
         self.kept: set[int] = set()
         self.counts: dict[str, int] = {}
         self.track = None  # the tracker (rank 0), the progress bar and whether to print eval lines: set by run()
@@ -221,6 +223,13 @@ class _Loop:
             from torch.nn.parallel import DistributedDataParallel
 
             self.summed = DistributedDataParallel(SummedLoss(self.forward, self.task), **ddp_options(self.device))
+        if self.cfg.cuda_graph:
+            refusal = graph_refusal(self.cfg, self.device, self.ranks.distributed)
+            if refusal is None:
+                self.graphed = GraphedStep(self.model, self.task, self.optimizer, self.cfg.grad_clip,
+                                           self.precision == "bf16")
+            else:
+                warnings.warn(f"cuda_graph: {refusal}; this run takes eager steps (the same numbers)", stacklevel=2)
         self.kept = set(self.cfg.kept_steps())
         self.counts = self.model.parameter_counts()
         if self.step == 0:
@@ -279,6 +288,9 @@ class _Loop:
         self.pending, until _settle reads them. With several processes, or micro-batches, the loss is accumulated
         (_accumulate)."""
         cfg, step, device = self.cfg, self.step, self.device
+        if self.graphed is not None:
+            self._pend(*self.graphed.step(batch, cfg.lr_at(step)))
+            return
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step)
         self.optimizer.zero_grad(set_to_none=True)
@@ -293,10 +305,14 @@ class _Loop:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for g in self.optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
         )
-        self.pending[self.n_pending, 0].copy_(loss.detach())
+        self._pend(loss.detach(), grad_norm)
+        self.optimizer.step()  # a non-finite step still runs: _settle finds it before any weights are written
+
+    def _pend(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Keep a step's loss and gradient norm on the device, for _settle."""
+        self.pending[self.n_pending, 0].copy_(loss)
         self.pending[self.n_pending, 1].copy_(grad_norm)
         self.n_pending += 1
-        self.optimizer.step()  # a non-finite step still runs: _settle finds it before any weights are written
 
     def _settle(self) -> None:
         """Read the losses and gradient norms of the steps since the last read (the loop's one host sync): add the
@@ -370,7 +386,7 @@ class _Loop:
 
     def _save_checkpoint(self, elapsed: float) -> None:
         """Swap in checkpoint/: the model and the trainer state at this step (rank 0)."""
-        with atomic_directory(self.ckpt) as tmp:
+        with atomic_directory(self.ckpt) as tmp, self.graphed.saved_as_eager() if self.graphed else nullcontext():
             write_model_files(self.model, tmp)
             # The training-loss window since the last log goes along, so that a resumed run logs the same loss.
             save_trainer_state(tmp, self.step, self.optimizer, self.stream,
@@ -414,6 +430,7 @@ class _Loop:
             "precision": self.precision,
             "processes": self.ranks.size,
             "backend": self.ranks.backend,
+            "cuda_graph": self.graphed is not None and self.graphed.graph is not None,  # the step replayed as a graph
         }
         if not self.moved:  # finished, yet nothing trained: said in summary.json and as a warning
             summary["message"] = ("the gradient was 0 at every logged step: nothing trained; check "
