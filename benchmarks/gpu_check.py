@@ -23,6 +23,7 @@ each run's steps x its shape's step time + its evaluations x their cost, summed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -195,6 +196,51 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
     return table
 
 
+# ---------------------------------------------------------------- the step as a CUDA graph, through train()
+
+GRAPH_SHAPES = (("retrieval", "standard"), ("retrieval", "mixit"), ("memorize", "standard"), ("depth", "mixit"))
+
+
+def graph_shapes(preset_name: str) -> list[tuple[tuple, TrainConfig]]:
+    """One shape per GRAPH_SHAPES entry (the deepest where a study has several): the engine measurements' shapes."""
+    chosen: dict[tuple[str, str], tuple[tuple, TrainConfig]] = {}
+    for key, (cfg, _) in shapes(preset_name).items():
+        pick = key[:2]
+        if pick in GRAPH_SHAPES and (pick not in chosen or cfg.n_layers > chosen[pick][1].n_layers):
+            chosen[pick] = (key, cfg)
+    return [chosen[p] for p in GRAPH_SHAPES if p in chosen]
+
+
+def graph_check(out: Path, work: Path, preset_name: str, dry: bool, device: str, steps: int,
+                data: Path) -> list[dict[str, Any]]:
+    """Each GRAPH_SHAPES shape trained twice through train() from the same seed, eager and with --cuda-graph: the step
+    times, whether the step was replayed (summary.json's cuda_graph), and how far apart the final weights are."""
+    from mixit_lab.models import load_model
+
+    rows, texts = [], corpora(data, work)
+    for key, cfg in graph_shapes(preset_name):
+        row: dict[str, Any] = {"study": key[0], "variant": key[1], "d_model": key[3], "n_layers": key[4], "error": None}
+        weights = []
+        try:
+            for graph in (False, True):
+                short = dataclasses.replace(short_config(cfg, dry, steps, device, texts), cuda_graph=graph)
+                run_dir = work / "graph" / f"{key[0]}-{key[1]}-L{key[4]}-{'graph' if graph else 'eager'}"
+                summary = train(short, run_dir, progress=False)
+                row[f"{'graph' if graph else 'eager'}_step_ms"] = step_time(run_dir, steps)["step_ms"]
+                row["replayed"] = summary.get("cuda_graph")
+                weights.append(torch.cat([p.detach().float().flatten() for p in load_model(run_dir).parameters()]))
+            row["speedup"] = round(row["eager_step_ms"] / max(row["graph_step_ms"], 1e-9), 2)
+            row["weights_relative_difference"] = float((weights[1] - weights[0]).norm() / weights[0].norm())
+        except Exception as e:  # noqa: BLE001 - one shape's failure is a row; the others run
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        rows.append(row)
+        print(f"  graph {row['study']:<10} {row['variant']:<9} L{row['n_layers']}: eager {row.get('eager_step_ms')} ms, "
+              f"graph {row.get('graph_step_ms')} ms (replayed: {row.get('replayed')}), weights apart "
+              f"{row.get('weights_relative_difference', float('nan')):.1e} {row['error'] or ''}", flush=True)
+        write(out, "graph", rows)
+    return rows
+
+
 # ---------------------------------------------------------------- torchrun, and a checkpoint for the CPU
 
 def torchrun_one(work: Path, device: str, dry: bool) -> dict[str, Any]:
@@ -305,6 +351,7 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     tests = device_tests(dry)
     write(out, "tests", tests)
     print(f"device tests: rc {tests['rc']}: {tests['tail'].strip().splitlines()[-1]}", flush=True)
+    graphs = graph_check(out, work, preset, dry, device, 8 if dry else 40, data)
     rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data)
     hours = preset_hours(rows, preset)
     write(out, "hours", hours)
@@ -312,7 +359,7 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
         print(f"  {h['study']:<11} {h['runs']:>4} runs {h['steps']:>10,} steps {h['hours']:>8} h"
               + (f" ({h['runs_unmeasured']} unmeasured)" if h["runs_unmeasured"] else ""))
     return (all(r["rc"] == 0 for r in runs.values()) and tr["ok"] and tests["rc"] == 0
-            and all(r["error"] is None for r in rows))
+            and all(r["error"] is None for r in rows + graphs))
 
 
 def main() -> int:

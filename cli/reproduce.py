@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="training precision of every run, over the preset's (quick: fast, i.e. bf16 where this "
                         "CPU's bf16 matmuls beat fp32, else fp32; see mixit train --help)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="on CUDA, replay each run's training step as a CUDA graph (see mixit train --help); the same "
+                        "runs, so finished ones are kept")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--tracker", choices=TRACKERS, default="none",
@@ -75,6 +78,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             trust_task_code(spec)
         if args.precision is not None:
             preset = preset.with_train(precision=args.precision)
+        if args.cuda_graph:
+            preset = preset.with_train(cuda_graph=True)
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"--workers={args.workers} must be >= 1")
         executor = executor_from_args(args, args.workers or os.cpu_count() or 1)

@@ -28,6 +28,10 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     rows = json.loads((out / "shapes.json").read_text())
     assert {r["study"] for r in rows} >= {"lm", "sentiment", "memorize"}  # text studies on the made-up corpus
     assert all(r["error"] is None and r["step_ms"] > 0 for r in rows)
+    graphs = json.loads((out / "graph.json").read_text())  # eager against --cuda-graph through train()
+    assert graphs and all(g["error"] is None and g["eager_step_ms"] > 0 and g["graph_step_ms"] > 0 for g in graphs)
+    # on the CPU no step is replayed: both runs are the eager run, to the digit
+    assert all(g["replayed"] is False and g["weights_relative_difference"] == 0 for g in graphs)
     hours = json.loads((out / "hours.json").read_text())
     assert hours[-1]["study"] == "total" and hours[-1]["runs_unmeasured"] == 0 and hours[-1]["seconds"] > 0
     opened = json.loads((out / "opened.json").read_text())
