@@ -1,12 +1,13 @@
 """The CUDA path, run once: device tests, one short bf16 run of every study shape of the paper preset with its
-measured step time, a one-process torchrun run, and a CUDA-trained checkpoint analysed and opened in the
-explorer on a CPU.
+measured step time, the LM step's share of the card's rate (MFU), a one-process torchrun run, and a CUDA-trained
+checkpoint analysed and opened in the explorer on a CPU.
 
     make gpu-check                                        # a GPU here: the whole check; none: the dry form
     python benchmarks/gpu_check.py device --out gpu-check # on the GPU machine: writes gpu-check/*.json and
                                                           # gpu-check/cuda_runs.tar.gz (runs + device logits)
     python benchmarks/gpu_check.py open gpu-check/cuda_runs.tar.gz   # on any CPU: analyse, compare, open
     python benchmarks/gpu_check.py all --dry --out gpu-check          # both, on this CPU at tiny sizes
+    python benchmarks/gpu_check.py lm --out gpu-check     # only the LM step's MFU: gpu-check/lm.json
 
 `device` needs torch and the project's runtime dependencies but not Streamlit (the explorer is opened by
 `open`, on the CPU the checkpoint travels to). Every step writes its JSON as soon as it ends, so a check cut
@@ -18,12 +19,18 @@ each evaluation), timed between the logs at STEPS/4 and STEPS/2 and between 3*ST
 the two; neither holds an evaluation), so start-up and compilation stay out. The evaluation and checkpoint
 cost is what the log after the first evaluation adds beyond its steps. The paper preset's hours are then
 each run's steps x its shape's step time + its evaluations x their cost, summed.
+
+The LM step (lm.json): the paper preset's LM shape (12 layers, d_model 512, 256 positions, batch 512) timed the same
+way, the batch in one pass (halves, then quarters, where it runs out of memory); its FLOPs counted by
+FlopCounterMode on the trained model (every matmul and attention, forward and backward, no recomputation), so
+TFLOP/s and MFU against the card's dense bf16 peak (DENSE_BF16_TFLOPS, else a measured matmul), and peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import subprocess
@@ -241,6 +248,134 @@ def graph_check(out: Path, work: Path, preset_name: str, dry: bool, device: str,
     return rows
 
 
+# ---------------------------------------------------------------- the LM step's share of the card's rate
+
+# Dense bf16 tensor-core TFLOP/s from the datasheets, by a substring of torch.cuda.get_device_name(); the first that
+# matches counts ("H100 PCIe" and "H100 NVL" before the SXM card's "H100"). Another card's peak is measured.
+DENSE_BF16_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0)]
+
+
+def significant(x: float) -> float:
+    """x to 4 significant digits: a CPU's rates are a few GFLOP/s, a GPU's hundreds of TFLOP/s."""
+    return float(f"{x:.4g}")
+
+
+def matmul_tflops(device: torch.device, n: int, reps: int) -> float:
+    """The measured rate of an n x n x n bf16 matmul on random data, TFLOP/s."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(2):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def peak_tflops(device: torch.device, dry: bool) -> dict[str, Any]:
+    """The card's dense bf16 peak: the datasheet's for a known card, else a measured 8192^3 bf16 matmul (on a CPU,
+    512^3), labelled; the measured rate is given either way."""
+    measured = matmul_tflops(device, 512 if dry else 8192, 3 if dry else 20)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    known = next((tflops for part, tflops in DENSE_BF16_TFLOPS if part in name), None)
+    return {"device_name": name, "peak_tflops": known or significant(measured),
+            "peak_source": "datasheet" if known else f"measured ({512 if dry else 8192}^3 bf16 matmul)",
+            "measured_tflops": significant(measured)}
+
+
+def lm_flops(run_dir: Path, device: str, rows: int = 2) -> dict[str, Any]:
+    """The trained model's FLOPs per row of a training step (forward and backward, every matmul and attention,
+    counted by FlopCounterMode on `rows` rows: no recomputation counted), its vocabulary and positions; and
+    whether the step runs with SDPA's flash kernel alone allowed (None on a CPU, whose short sequences skip SDPA)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mixit_lab.models import load_model
+    from mixit_lab.training.loss import masked_loss
+
+    model = load_model(run_dir, device).train()
+    tokens = torch.randint(0, model.config.d_vocab, (rows, model.config.n_ctx), device=device)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    with FlopCounterMode(display=False) as counter:
+        with torch.autocast(tokens.device.type, torch.bfloat16):
+            loss = masked_loss(model, tokens, mask)
+        loss.backward()
+    flash: bool | str | None = None
+    if tokens.device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        try:  # the training step's forward and backward with no other SDPA kernel allowed
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                with torch.autocast("cuda", torch.bfloat16):
+                    loss = masked_loss(model, tokens, mask)
+                loss.backward()
+            flash = True
+        except RuntimeError as e:
+            flash = f"no: {e}"[:300]
+    return {"flops_per_row": counter.get_total_flops() / rows, "d_vocab": model.config.d_vocab,
+            "seq_len": model.config.n_ctx, "flash_attention": flash}
+
+
+def lm_attempt(cfg: TrainConfig, micro: int | None, run_dir: Path, steps: int) -> dict[str, Any]:
+    """One short run of the LM shape at `micro` rows a pass (None: the batch in one pass): its step time, peak
+    memory and whether its loss was taken in chunks, or the error it ended with ("out_of_memory" says which)."""
+    from mixit_lab.training.loss import loss_chunk_rows
+
+    short = TrainConfig.from_dict({**cfg.to_dict(), "micro_batch_size": micro})
+    cuda = short.device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    row: dict[str, Any] = {"micro_batch_size": micro, "out_of_memory": False, "error": None}
+    try:
+        summary = train(short, run_dir, progress=False)
+        model = json.loads((run_dir / "run.json").read_text())["model"]
+        rows = (micro or short.batch_size) * (model["n_ctx"] - 1)  # every position but the last predicts one
+        row.update(step_time(run_dir, steps), tokens_per_s=summary.get("tokens_per_s"),
+                   chunked_loss=loss_chunk_rows(rows, model["d_vocab"]) < rows)
+    except torch.OutOfMemoryError as e:  # the caller tries smaller passes
+        row.update(out_of_memory=True, error=f"OutOfMemoryError: {e}"[:300])
+    except Exception as e:  # noqa: BLE001 - the step's failure is its result, written like any other
+        row["error"] = f"{type(e).__name__}: {e}"[:300]
+    if cuda:
+        gc.collect()  # what the failed pass held, before the next one measures its peak
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        torch.cuda.empty_cache()
+    return row
+
+
+def lm_mfu(out: Path, work: Path, dry: bool, device: str, data: Path, steps: int) -> dict[str, Any]:
+    """The paper preset's LM step (standard variant) through the real `train()`: ms a step, TFLOP/s and MFU against
+    the card's dense bf16 peak, peak memory; the batch in one pass, else (out of memory) in halves, then quarters.
+    Written as out/lm.json."""
+    cfg, _ = next(v for k, v in shapes("paper").items() if k[0] == "lm" and k[1] == "standard")
+    short = short_config(cfg, dry, steps, device, corpora(data, work))
+    result: dict[str, Any] = {"batch_size": short.batch_size, "d_model": short.d_model, "n_layers": short.n_layers,
+                              "n_heads": short.n_heads, **peak_tflops(torch.device(device), dry), "attempts": []}
+    for micro in (None, short.batch_size // 2, short.batch_size // 4):
+        row = lm_attempt(short, micro, work / "lm" / f"micro-{micro or 'all'}", steps)
+        result["attempts"].append(row)
+        if not row["out_of_memory"]:
+            break
+    ok = result["attempts"][-1]
+    result["error"] = ok["error"]
+    if ok["error"] is None:
+        counted = lm_flops(work / "lm" / f"micro-{ok['micro_batch_size'] or 'all'}", device)
+        flops = counted.pop("flops_per_row") * short.batch_size
+        tflops = flops / (ok["step_ms"] / 1e3) / 1e12
+        result.update(counted, **{k: ok[k] for k in ("micro_batch_size", "step_ms", "chunked_loss")},
+                      peak_gib=ok.get("peak_gib"), tflop_per_step=significant(flops / 1e12),
+                      tflops=significant(tflops), mfu=significant(tflops / result["peak_tflops"]),
+                      of_measured=significant(tflops / result["measured_tflops"]))
+    write(out, "lm", result)
+    print(f"  lm step: {result.get('step_ms')} ms, {result.get('tflops')} TFLOP/s, MFU {result.get('mfu')} of "
+          f"{result['peak_tflops']} ({result['peak_source']}), peak {result.get('peak_gib')} GiB, passes of "
+          f"{result.get('micro_batch_size') or result['batch_size']} rows {result['error'] or ''}", flush=True)
+    return result
+
+
 # ---------------------------------------------------------------- torchrun, and a checkpoint for the CPU
 
 def torchrun_one(work: Path, device: str, dry: bool) -> dict[str, Any]:
@@ -331,13 +466,17 @@ def open_on_cpu(tarball: Path, out: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the command
 
-def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None) -> bool:
-    """Everything that needs the device (with `studies`: only those studies' step times); True when all passed."""
+def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None,
+                 only_lm: bool = False) -> bool:
+    """Everything that needs the device (with `studies`: only those studies' step times; only_lm: only the LM step's
+    MFU); True when all passed."""
     device = "cpu" if dry else "cuda"
     if not dry and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device here; run the dry form (--dry) or `make gpu-check` on a GPU")
     out.mkdir(parents=True, exist_ok=True)
     write(out, "environment", environment(torch.device(device)))
+    if only_lm:
+        return lm_mfu(out, work, dry, device, data, 8 if dry else 40)["error"] is None
     if studies:
         rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data, studies)
         return all(r["error"] is None for r in rows)
@@ -358,13 +497,14 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     for h in hours:
         print(f"  {h['study']:<11} {h['runs']:>4} runs {h['steps']:>10,} steps {h['hours']:>8} h"
               + (f" ({h['runs_unmeasured']} unmeasured)" if h["runs_unmeasured"] else ""))
+    lm = lm_mfu(out, work, dry, device, data, 8 if dry else 40)
     return (all(r["rc"] == 0 for r in runs.values()) and tr["ok"] and tests["rc"] == 0
-            and all(r["error"] is None for r in rows + graphs))
+            and all(r["error"] is None for r in rows + graphs) and lm["error"] is None)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("phase", choices=["device", "open", "all"])
+    parser.add_argument("phase", choices=["device", "open", "all", "lm"], help="lm: only the LM step's MFU (lm.json)")
     parser.add_argument("tarball", nargs="?", help="open: the device phase's cuda_runs.tar.gz")
     parser.add_argument("--out", default="gpu-check", help="folder for the results (default: gpu-check)")
     parser.add_argument("--dry", action="store_true", help="on the CPU at tiny sizes (the same steps)")
@@ -376,8 +516,9 @@ def main() -> int:
     args = parser.parse_args()
     out, ok = Path(args.out), True
     out.mkdir(parents=True, exist_ok=True)
-    if args.phase in ("device", "all"):
-        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies)
+    if args.phase in ("device", "all", "lm"):
+        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies,
+                          only_lm=args.phase == "lm")
     if args.phase in ("open", "all"):
         opened = open_on_cpu(Path(args.tarball or out / "cuda_runs.tar.gz"), (args.work or out / "work") / "opened")
         write(out, "opened", opened)

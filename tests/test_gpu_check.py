@@ -1,6 +1,6 @@
 """`make gpu-check`'s script in its dry form: the same steps as on a GPU (device tests, a short run of every study
-shape of a preset with its step time, a one-process torchrun, runs packed and then analysed, compared and opened in
-the explorer on the CPU), on this CPU at tiny sizes with the smoke preset's shapes."""
+shape of a preset with its step time, the paper LM step's MFU, a one-process torchrun, runs packed and then analysed,
+compared and opened in the explorer on the CPU), on this CPU at tiny sizes with the smoke preset's shapes."""
 
 from __future__ import annotations
 
@@ -34,6 +34,42 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     assert all(g["replayed"] is False and g["weights_relative_difference"] == 0 for g in graphs)
     hours = json.loads((out / "hours.json").read_text())
     assert hours[-1]["study"] == "total" and hours[-1]["runs_unmeasured"] == 0 and hours[-1]["seconds"] > 0
+    lm = json.loads((out / "lm.json").read_text())  # the paper LM shape, tiny: one pass, its rate against a measured peak
+    assert lm["error"] is None and lm["micro_batch_size"] is None and len(lm["attempts"]) == 1
+    assert lm["step_ms"] > 0 and lm["tflop_per_step"] > 0 and 0 < lm["mfu"] == lm["of_measured"]
+    assert lm["peak_source"].startswith("measured") and lm["chunked_loss"] is False and lm["flash_attention"] is None
     opened = json.loads((out / "opened.json").read_text())
     assert opened["ok"] and {"standard", "mixit"} <= set(opened)
     assert all(opened[v]["logits_relative_error"] < 1e-6 for v in ("standard", "mixit"))
+
+
+def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monkeypatch):
+    """One pass first; out of memory, halves; another failure is the result. MFU from the counted FLOPs."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+    import torch
+
+    def raising(error: Exception):
+        def fail(*args, **kwargs):
+            raise error
+        return fail
+
+    cfg = gpu_check.TrainConfig(device="cpu", batch_size=8)
+    for error, oom in ((torch.OutOfMemoryError("CUDA out of memory"), True), (ValueError("bad"), False)):
+        monkeypatch.setattr(gpu_check, "train", raising(error))
+        row = gpu_check.lm_attempt(cfg, None, tmp_path / "r", 8)
+        assert row["out_of_memory"] is oom and row["error"].startswith(type(error).__name__)
+    tried = []
+
+    def attempt(cfg, micro, run_dir, steps):
+        tried.append(micro)
+        return {"micro_batch_size": micro, "out_of_memory": micro is None, "error": "OOM" if micro is None else None,
+                "step_ms": 100.0, "chunked_loss": False}
+
+    monkeypatch.setattr(gpu_check, "lm_attempt", attempt)
+    monkeypatch.setattr(gpu_check, "lm_flops", lambda run_dir, device: {"flops_per_row": 1e9, "flash_attention": None})
+    result = gpu_check.lm_mfu(tmp_path, tmp_path / "work", True, "cpu", tmp_path / "no-corpora", 8)
+    assert tried == [None, 4] and result["error"] is None and result["micro_batch_size"] == 4
+    assert result["tflop_per_step"] == 8e-3 and result["tflops"] == 0.08  # 1 GFLOP x 8 rows in 0.1 s
+    assert result["mfu"] == pytest.approx(0.08 / result["peak_tflops"], rel=1e-3)
+    assert json.loads((tmp_path / "lm.json").read_text())["attempts"][0]["out_of_memory"] is True

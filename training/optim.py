@@ -13,16 +13,17 @@ if TYPE_CHECKING:  # imported by build_optimizer: the schedules are plain arithm
 
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
                     device: torch.device) -> torch.optim.AdamW:
-    """The trainer's AdamW: weight decay on trainable matrices only; the fused kernel on CPU (one call per
-    parameter tensor instead of about ten: a tiny model's step 4.5 -> 4.0 ms at width 16, 2 CPU cores),
-    multi-tensor ops on CUDA."""
+    """The trainer's AdamW: weight decay on trainable matrices only; the fused kernel on CPU and CUDA, the loop
+    elsewhere. On CPU it makes one call per parameter tensor instead of about ten (a tiny model's step 4.5 -> 4.0 ms
+    at width 16, 2 CPU cores); on CUDA a few kernel launches for all parameters instead of the multi-tensor ops' chain
+    of them (the paper preset's LM step: docs/benchmarks.md)."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=betas, foreach=device.type == "cuda", fused=device.type == "cpu",
+        lr=lr, betas=betas, foreach=False, fused=device.type in ("cpu", "cuda"),
     )
 
 
