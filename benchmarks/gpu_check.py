@@ -7,6 +7,7 @@ explorer on a CPU.
                                                           # gpu-check/cuda_runs.tar.gz (runs + device logits)
     python benchmarks/gpu_check.py open gpu-check/cuda_runs.tar.gz   # on any CPU: analyse, compare, open
     python benchmarks/gpu_check.py all --dry --out gpu-check          # both, on this CPU at tiny sizes
+    python benchmarks/gpu_check.py device --curve --out gpu-check     # only several runs on one GPU: curve.json
 
 `device` needs torch and the project's runtime dependencies but not Streamlit (the explorer is opened by
 `open`, on the CPU the checkpoint travels to). Every step writes its JSON as soon as it ends, so a check cut
@@ -18,6 +19,12 @@ each evaluation), timed between the logs at STEPS/4 and STEPS/2 and between 3*ST
 the two; neither holds an evaluation), so start-up and compilation stay out. The evaluation and checkpoint
 cost is what the log after the first evaluation adds beyond its steps. The paper preset's hours are then
 each run's steps x its shape's step time + its evaluations x their cost, summed.
+
+Several runs on one GPU (`--curve`, and the last step of `device`): for N in 1, 2, 4, 8, 16 (dry: 1 and 2), N
+short runs of the preset's retrieval shape trained at once through the sweep's pool (`pool_map`, every worker pinned
+to the first GPU by its CUDA_VISIBLE_DEVICES, as `--runs-per-gpu` pins them). Aggregate optimizer steps a second:
+in the window every run was training in (from the latest first log to the earliest last one, on the machine's
+monotonic clock that the processes share), each run's steps between its logs inside it over their time, summed.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -42,6 +50,9 @@ from paper_cost import study_runs  # noqa: E402
 from mixit_lab.reproduce.preset import load_preset  # noqa: E402
 from mixit_lab.training.tasks import TASKS  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
+from mixit_lab.training.placement import gpu_slots, gpus_here, slot_environments  # noqa: E402
+from mixit_lab.training.pool import pool_map  # noqa: E402
+from mixit_lab.training.sweep import TrainJob, train_one  # noqa: E402
 from mixit_lab.training.trainer import train  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"  # the corpora beside the checkout (see its README); --data elsewhere
@@ -195,6 +206,76 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
     return table
 
 
+# ---------------------------------------------------------------- several runs on one GPU, through the pool
+
+def curve_run(job: TrainJob) -> dict[str, Any]:
+    """One run of a curve point, in a pool worker: the sweep's own job (train_one), then its logs as (step, clock
+    time) (evaluations left out) and the CUDA_VISIBLE_DEVICES its worker saw."""
+    row = train_one(job)
+    end = time.perf_counter()
+    logs = []
+    if row["status"] == "finished":
+        started = end - row["elapsed_s"]  # the trainer's clock at its first step, near enough (ms)
+        records = map(json.loads, (Path(job.run_dir) / "metrics.jsonl").read_text().splitlines())
+        logs = [(r["step"], started + r["elapsed_s"]) for r in records if "eval_loss" not in r]
+    return {"status": row["status"], "message": row.get("message"), "steps": row.get("step") or 0, "logs": logs,
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def aggregate_rate(runs: list[list[tuple[int, float]]]) -> dict[str, Any]:
+    """Aggregate steps a second of runs trained at once, from each one's logs as (step, clock time): the window all
+    were training in (the latest first log to the earliest last log), each run's steps a second between its first
+    and last log inside it, summed. steps_per_s is None when a run has fewer than two logs there (hardly overlapped)."""
+    start, end = max(logs[0][1] for logs in runs), min(logs[-1][1] for logs in runs)
+    rates = []
+    for logs in runs:
+        inside = [(step, t) for step, t in logs if start <= t <= end]
+        if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+            return {"steps_per_s": None, "overlap_s": round(max(end - start, 0.0), 2), "per_run": []}
+        rates.append((inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1]))
+    return {"steps_per_s": round(sum(rates), 1), "overlap_s": round(end - start, 2),
+            "per_run": [round(r, 1) for r in rates]}
+
+
+def curve_point(n: int, cfg: TrainConfig, work: Path, gpu: str) -> dict[str, Any]:
+    """n runs of `cfg` (seeds 0..n-1) at once on n pool workers, every one pinned to `gpu`."""
+    point = work / "curve" / f"n{n}"
+    shutil.rmtree(point, ignore_errors=True)  # fresh runs: a finished one would be skipped
+    jobs = [TrainJob(f"r{i}", {**cfg.to_dict(), "seed": i}, str(point / f"r{i}"), "gpu-check") for i in range(n)]
+    lost = lambda job, error: {"status": "error", "message": f"{type(error).__name__}: {error}", "logs": []}  # noqa: E731
+    t0 = time.perf_counter()
+    rows = list(pool_map(curve_run, jobs, n, lost, worker_env=slot_environments(gpu_slots([gpu], n, n))))
+    wall = time.perf_counter() - t0
+    failed = [r for r in rows if r["status"] != "finished" or not r["logs"]]
+    if failed:
+        return {"n": n, "error": str(failed[0].get("message") or "no logs")[:300], "wall_s": round(wall, 1)}
+    rate = aggregate_rate([r["logs"] for r in rows])
+    return {"n": n, "aggregate_steps_per_s": rate["steps_per_s"], "per_run_steps_per_s": rate["per_run"],
+            "overlap_s": rate["overlap_s"], "steps_per_s_over_wall": round(sum(r["steps"] for r in rows) / wall, 1),
+            "wall_s": round(wall, 1), "slot_gpu": gpu, "worker_gpus": sorted({str(r["gpu"]) for r in rows}), "error": None}
+
+
+def time_curve(out: Path, work: Path, preset_name: str, dry: bool, device: str, data: Path) -> list[dict[str, Any]]:
+    """The curve over N runs at once (dry: 1 and 2 tiny runs on the CPU); curve.json rewritten after each point."""
+    shape = next((cfg for key, (cfg, _) in shapes(preset_name).items() if key[:2] == ("retrieval", "standard")), None)
+    if shape is None:
+        raise SystemExit(f"gpu_check: preset {preset_name!r} has no retrieval study with a standard model to time")
+    steps = 40 if dry else 600
+    short = short_config(shape, dry, steps, device, corpora(data, work))
+    cfg = TrainConfig.from_dict({**short.to_dict(), "log_every": steps // 20, "eval_every": steps,
+                                 **({"precision": "fp32"} if dry else {})})  # a CPU's bf16 may be emulated: slow
+    gpu = (gpus_here() or ["0"])[0]  # the first GPU (dry, on a machine without one: a name nothing reads)
+    rows = []
+    for n in (1, 2) if dry else (1, 2, 4, 8, 16):
+        rows.append(curve_point(n, cfg, work, gpu))
+        r = rows[-1]
+        print(f"  {n:>2} runs on GPU {gpu}: " + (f"{r['aggregate_steps_per_s']} steps/s together "
+              f"(each {r['per_run_steps_per_s']}, {r['overlap_s']} s overlap; {r['steps_per_s_over_wall']} over the "
+              f"wall)" if r["error"] is None else f"error {r['error']}"), flush=True)
+        write(out, "curve", rows)
+    return rows
+
+
 # ---------------------------------------------------------------- torchrun, and a checkpoint for the CPU
 
 def torchrun_one(work: Path, device: str, dry: bool) -> dict[str, Any]:
@@ -285,8 +366,10 @@ def open_on_cpu(tarball: Path, out: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the command
 
-def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None) -> bool:
-    """Everything that needs the device (with `studies`: only those studies' step times); True when all passed."""
+def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None,
+                 curve_only: bool = False) -> bool:
+    """Everything that needs the device (with `studies`: only those studies' step times; `curve_only`: only several
+    runs on one GPU); True when all passed."""
     device = "cpu" if dry else "cuda"
     if not dry and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device here; run the dry form (--dry) or `make gpu-check` on a GPU")
@@ -295,6 +378,8 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     if studies:
         rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data, studies)
         return all(r["error"] is None for r in rows)
+    if curve_only:
+        return all(r["error"] is None for r in time_curve(out, work, preset, dry, device, data))
     runs = cuda_runs(out, work, device, dry)
     write(out, "cuda_runs", runs)
     print(f"runs on {device}: " + ", ".join(f"{v} rc {r['rc']} ({r['seconds']} s)" for v, r in runs.items()), flush=True)
@@ -311,8 +396,9 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     for h in hours:
         print(f"  {h['study']:<11} {h['runs']:>4} runs {h['steps']:>10,} steps {h['hours']:>8} h"
               + (f" ({h['runs_unmeasured']} unmeasured)" if h["runs_unmeasured"] else ""))
+    curve = time_curve(out, work, preset, dry, device, data)
     return (all(r["rc"] == 0 for r in runs.values()) and tr["ok"] and tests["rc"] == 0
-            and all(r["error"] is None for r in rows))
+            and all(r["error"] is None for r in rows) and all(r["error"] is None for r in curve))
 
 
 def main() -> int:
@@ -324,13 +410,15 @@ def main() -> int:
     parser.add_argument("--preset", default="paper", help="whose study shapes to time (default: paper)")
     parser.add_argument("--studies", nargs="+", metavar="STUDY",
                         help="device: only time these studies' shapes (no runs, torchrun or tests)")
+    parser.add_argument("--curve", action="store_true",
+                        help="device: only the curve of several runs on one GPU (no runs, torchrun, tests or step times)")
     parser.add_argument("--work", type=Path, help="folder for the runs it trains (default: OUT/work)")
     parser.add_argument("--data", type=Path, default=DATA, help="the corpora folder (default: ../shared/data)")
     args = parser.parse_args()
     out, ok = Path(args.out), True
     out.mkdir(parents=True, exist_ok=True)
     if args.phase in ("device", "all"):
-        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies)
+        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies, args.curve)
     if args.phase in ("open", "all"):
         opened = open_on_cpu(Path(args.tarball or out / "cuda_runs.tar.gz"), (args.work or out / "work") / "opened")
         write(out, "opened", opened)
