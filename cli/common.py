@@ -143,8 +143,23 @@ def path_arg(value: str) -> Path:
     return Path(value)
 
 
+def runs_per_gpu_arg(value: str) -> int:
+    """An argparse type for --runs-per-gpu: a whole number >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not allowed: give a whole number >= 1 (runs that train on one "
+                                         "GPU at once)")
+    return number
+
+
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
-    """Where training runs execute (mixit_lab.training.sweep.Executor): --executor, --address, --cpus-per-run, --gpus-per-run."""
+    """Where training runs execute (mixit_lab.training.sweep.Executor): --executor, --address, --cpus-per-run,
+    --gpus-per-run, --runs-per-gpu."""
+    from mixit_lab.training.placement import RUNS_PER_GPU
+
     group = parser.add_argument_group("executor")
     group.add_argument("--executor", choices=("pool", "ray"), default="pool",
                        help="pool: --workers processes on this machine (default); ray: one Ray task per run "
@@ -153,29 +168,66 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
                        help="with --executor ray: the Ray cluster to join (e.g. auto, ray://HOST:10001); "
                             "default: start Ray here with --workers x --cpus-per-run CPUs")
     group.add_argument("--cpus-per-run", type=float, default=1.0, help="with --executor ray: CPUs each run declares")
-    group.add_argument("--gpus-per-run", type=float, default=0.0, help="with --executor ray: GPUs each run declares")
+    group.add_argument("--gpus-per-run", type=float, default=None,
+                       help="with --executor ray: GPUs each run declares (default: 0; or give --runs-per-gpu)")
+    group.add_argument("--runs-per-gpu", type=runs_per_gpu_arg, default=None, metavar="N",
+                       help=f"runs that train on one GPU at once. pool, runs on CUDA: GPUs x N workers (--workers, "
+                            f"if given, caps it), each pinned to one GPU (default: {RUNS_PER_GPU}: on an H200 4 "
+                            "processes gave 2.0x one run's steps/s, 8 only 2.1x; they time-slice the GPU). ray: each "
+                            "run declares 1/N GPU, instead of --gpus-per-run. Refused for runs on the CPU")
 
 
 def executor_from_args(args: argparse.Namespace, workers: int):
-    """The mixit_lab.training.sweep.Executor the options ask for; CLIError (exit 2) for a bad combination or a missing Ray."""
+    """The mixit_lab.training.sweep.Executor the options ask for (`workers`: --workers, or the CPU runs' default when
+    it was not given); CLIError (exit 2) for a bad combination or a missing Ray."""
     from mixit_lab.training.sweep import Executor, check_ray, check_ray_address
 
-    if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or args.gpus_per_run != 0.0):
+    gpus_per_run = args.gpus_per_run
+    if args.executor == "pool" and (args.address is not None or args.cpus_per_run != 1.0 or gpus_per_run):
         raise CLIError(f"mixit {args.command}: error: --address, --cpus-per-run and --gpus-per-run need --executor ray")
+    if args.runs_per_gpu is not None and gpus_per_run is not None:
+        raise CLIError(f"mixit {args.command}: error: --runs-per-gpu={args.runs_per_gpu} and --gpus-per-run="
+                       f"{gpus_per_run:g} both set a run's share of a GPU; give one (--runs-per-gpu N declares 1/N GPU "
+                       "a run)")
     with input_errors(args.command):
-        executor = Executor(args.executor, workers, args.address, args.cpus_per_run, args.gpus_per_run)
+        executor = Executor(args.executor, workers, args.address, args.cpus_per_run, gpus_per_run or 0.0,
+                            args.runs_per_gpu, workers_given=args.workers is not None)
         if executor.kind == "ray":
             check_ray()
             check_ray_address(executor.address)
-            if executor.address is None and executor.gpus_per_run > 0:
+            if executor.address is None and executor.run_gpus > 0:
                 import torch
 
                 gpus = torch.cuda.device_count()
-                if executor.gpus_per_run > gpus:  # a Ray started here has only these: the runs would wait forever
-                    raise ValueError(f"--gpus-per-run={executor.gpus_per_run:g} without --address starts Ray on this "
-                                     f"machine, which has {gpus} GPU{'s' * (gpus != 1)}; allowed: 0..{gpus}, or join "
+                if executor.run_gpus > gpus:  # a Ray started here has only these: the runs would wait forever
+                    has = f"without --address starts Ray on this machine, which has {gpus} GPU{'s' * (gpus != 1)}"
+                    if executor.runs_per_gpu:
+                        raise ValueError(f"--runs-per-gpu={executor.runs_per_gpu} {has}; leave it out, or join a "
+                                         "cluster with --address")
+                    raise ValueError(f"--gpus-per-run={executor.gpus_per_run:g} {has}; allowed: 0..{gpus}, or join "
                                      "a cluster with --address")
     return executor
+
+
+def check_runs_per_gpu_applies(args: argparse.Namespace, devices: set[str]) -> None:
+    """ValueError when --runs-per-gpu would change nothing for runs on these devices (their TrainConfig.device):
+    runs on the CPU (the pool: as resolved here, "auto" without CUDA; Ray: device "cpu"), or runs that name their
+    GPU ("cuda:N", which the pool leaves as given)."""
+    n = getattr(args, "runs_per_gpu", None)
+    if n is None:
+        return
+    from mixit_lab.training.resolve import resolve_device
+
+    listed = ", ".join(repr(d) for d in sorted(devices))
+    named = sorted(d for d in devices if d.startswith("cuda:"))
+    if named and args.executor == "pool":
+        raise ValueError(f"--runs-per-gpu={n} places each run on a GPU, and these runs name theirs (device "
+                         f"{named[0]!r}); give one or the other")
+    here = {resolve_device(d).type for d in devices} if args.executor == "pool" else set(devices)
+    if here <= {"cpu", "mps"}:
+        why = "" if args.executor == "ray" or devices <= {"cpu", "mps"} else "; this machine has no CUDA device"
+        raise ValueError(f"--runs-per-gpu={n}: the runs train on the CPU (device {listed}{why}), and it places runs "
+                         "on GPUs; leave it out")
 
 
 def add_trust_option(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from mixit_lab.figures.common import study_figures_dir
 
 from .common import (
-    EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, add_trust_option, check_output_dir, executor_from_args,
-    input_errors, path_arg, stop_on_sigterm,
+    EXIT_FAILED, EXIT_OK, CLIError, add_executor_options, add_trust_option, check_output_dir,
+    check_runs_per_gpu_applies, executor_from_args, input_errors, path_arg, stop_on_sigterm,
 )
 
 
@@ -33,7 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=path_arg, default=None, help="runs directory (default: runs/PRESET)")
     p.add_argument("--report-dir", type=path_arg, default=None, help="report directory (default: reports/PRESET)")
     p.add_argument("--figures-dir", type=path_arg, default=None, help="figure directory (default: reports/PRESET/figures)")
-    p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU cores)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel training processes (default: CPU cores; runs on CUDA: GPUs x --runs-per-gpu, which "
+                        "a given --workers caps)")
     p.add_argument("--text-file", nargs="+", default=None, metavar="PATH",
                    help="corpus for language modeling (default: ../shared/data WikiText-2, else the same "
                         "text from the Hub)")
@@ -94,6 +96,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             raise ValueError("--tune trains the learning-rate grid now and --tuning reads a recorded one: give one")
         plan = plan_reproduction(preset, out, args.text_file, args.sentiment_file, cache=not args.dry_run,
                                  sst2_dir=args.sst2_dir, tune=args.tune, tuning_file=args.tuning)
+        check_runs_per_gpu_applies(args, {cfg.device for _, cfg in plan.grid})
     if args.dry_run:
         for run, cfg in plan.runs:
             print(f"{run}  steps={cfg.steps}  precision={cfg.precision}")

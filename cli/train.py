@@ -27,7 +27,7 @@ from mixit_lab.training.trainer import train
 
 from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, stop_on_sigterm, add_executor_options, executor_from_args, check_output_dir,
-    input_errors, path_arg,
+    check_runs_per_gpu_applies, input_errors, path_arg,
 )
 from .options import add_field_options, field_values, option_flag
 
@@ -282,7 +282,9 @@ def register(sub: Any) -> None:
                    help=f"some of: {', '.join(TASKS)}, or your own Task classes (package.module:Class, "
                         "path/to/file.py:Class), as mixit train --task takes them")
     s.add_argument("--seeds", type=int, nargs="+")
-    s.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    s.add_argument("--workers", type=int, default=None,
+                   help="parallel worker processes (default: 1; runs on CUDA: GPUs x --runs-per-gpu, which a given "
+                        "--workers caps)")
     s.add_argument("--out", type=path_arg, default=Path("checkpoints/sweep"), help="directory of run directories")
     s.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     add_executor_options(s)
@@ -436,13 +438,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for name, _ in runs:
             print(name)
         return 0
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise CLIError(f"mixit sweep: error: --workers={args.workers} must be >= 1")
     with input_errors("sweep"):
-        for device in {cfg.device for _, cfg in runs}:
+        devices = {cfg.device for _, cfg in runs}
+        for device in devices:
             resolve_device(device)
+        check_runs_per_gpu_applies(args, devices)
         check_tracker(args.tracker)
-    executor = executor_from_args(args, args.workers)
+    executor = executor_from_args(args, args.workers or 1)
     try:
         with stop_on_sigterm():  # SIGTERM stops the workers as Ctrl-C does (exit 143)
             summary = run_sweep(runs, args.out, workers=executor, tracker=args.tracker)

@@ -38,7 +38,7 @@ from mixit_lab.training.rundir import (
 )
 from mixit_lab.training.config import TrainConfig
 from mixit_lab.training.settings import SettingsChanged, model_differences, settings_differences
-from mixit_lab.training.sweep import Executor, Run, tasks_from_file, expand_grid_models, train_runs
+from mixit_lab.training.sweep import Executor, Run, tasks_from_file, expand_grid_models, gpu_placed, train_runs
 
 from .analyses import analysis_stage
 from .corpora import TextChoice, choose_text
@@ -190,10 +190,9 @@ def train_stage(plan: Plan, runs: list[Run], executor: Executor, progress: bool,
                 decision = resolve_precision("fast", device, cache)
             log(f"precision fast: {decision} on this CPU (bf16 matmuls measure {cpu_bf16_speedup(caches[0]):.1f}x "
                 "fp32's)")
-    where = (f"on {executor.workers} worker(s)" if executor.kind == "pool" else
-             f"as Ray tasks ({executor.address or 'local Ray'}, {executor.cpus_per_run:g} CPU(s) each)")
-    log(f"{label}: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
     by_name = dict(runs)
+    where = executor.where(executor.kind == "pool" and gpu_placed(by_name[n] for n in todo))
+    log(f"{label}: {len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train {where}")
     total = sum(costs.values()) or 1.0
     done = len(runs) - len(todo)
     bar = tqdm(total=round(total / 1e9, 1), unit="GFLOP", disable=not progress or not todo,
@@ -422,14 +421,16 @@ def reproduce(
     """Run every stage of the preset into `out`; return the manifest (also written to out/reproduce.json).
 
     Training runs on `executor` (default: a pool of `workers` local processes, `workers` defaulting to
-    the CPU count); analysis always on the local pool. `plan`: the preset resolved by plan_reproduction (the
+    the CPU count; runs on CUDA take GPUs x RUNS_PER_GPU workers, at most a given `workers`: Executor); analysis
+    always on the local pool. `plan`: the preset resolved by plan_reproduction (the
     command line's); without it, it is resolved here. The runs table is read once, after training and analysis,
     for the figures and the report; those are made again only when their inputs changed."""
     out, report_dir, figures_dir = Path(out), Path(report_dir), Path(figures_dir)
+    given = workers is not None
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
-    executor = executor or Executor(workers=workers)
+    executor = executor or Executor(workers=workers, workers_given=given)
     started = time.time()
     plan = plan or plan_reproduction(preset, out, text_files, sentiment_files, hub_check)
     out.mkdir(parents=True, exist_ok=True)

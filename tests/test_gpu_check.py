@@ -1,6 +1,8 @@
 """`make gpu-check`'s script in its dry form: the same steps as on a GPU (device tests, a short run of every study
-shape of a preset with its step time, the paper LM step's MFU, a one-process torchrun, runs packed and then analysed,
-compared and opened in the explorer on the CPU), on this CPU at tiny sizes with the smoke preset's shapes."""
+shape of a preset with its step time, eager against a CUDA graph, the paper LM step's MFU, a one-process torchrun,
+runs packed and then analysed, compared and opened in the explorer on the CPU, several runs at once through the pool
+pinned to one GPU), on this CPU at tiny sizes with the smoke preset's shapes; and how that last step adds up the runs'
+rates, and when the LM step tries smaller passes."""
 
 from __future__ import annotations
 
@@ -11,11 +13,23 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # trains ~30 tiny runs and starts torchrun and Streamlit
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_check_steps import aggregate_rate  # noqa: E402
 
 
+def test_the_curve_sums_each_runs_rate_inside_the_window_all_of_them_trained_in():
+    # run a logs from t=0 at 10 steps/s; run b starts at t=1 at 5 steps/s and ends first, at t=3
+    a = [(s, s / 10) for s in range(10, 60, 10)]  # t = 1 .. 5
+    b = [(s, 1 + s / 5) for s in range(0, 15, 5)]  # t = 1 .. 3
+    rate = aggregate_rate([a, b])
+    assert rate == {"steps_per_s": 15.0, "overlap_s": 2.0, "per_run": [10.0, 5.0]}
+    later = [(s, 10 + s / 5) for s in range(0, 15, 5)]  # trained after a had finished: no shared window
+    assert aggregate_rate([a, later])["steps_per_s"] is None
+
+
+@pytest.mark.slow  # trains ~30 tiny runs and starts torchrun, Streamlit and pool workers
 def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     out = tmp_path / "gc"
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "all", "--dry", "--preset", "smoke",
@@ -41,12 +55,16 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     opened = json.loads((out / "opened.json").read_text())
     assert opened["ok"] and {"standard", "mixit"} <= set(opened)
     assert all(opened[v]["logits_relative_error"] < 1e-6 for v in ("standard", "mixit"))
+    curve = json.loads((out / "curve.json").read_text())  # through the pool, each worker given the slot's GPU
+    assert [r["n"] for r in curve] == [1, 2] and all(r["error"] is None for r in curve)
+    assert all(r["worker_gpus"] == [r["slot_gpu"]] and r["steps_per_s_over_wall"] > 0 for r in curve)
+    assert all(r["aggregate_steps_per_s"] is None or len(r["per_run_steps_per_s"]) == r["n"] for r in curve)
 
 
 def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monkeypatch):
     """One pass first; out of memory, halves; another failure is the result. MFU from the counted FLOPs."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import gpu_check
+    import gpu_check_steps as gpu_check
     import torch
 
     def raising(error: Exception):
@@ -73,3 +91,16 @@ def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monk
     assert result["tflop_per_step"] == 8e-3 and result["tflops"] == 0.08  # 1 GFLOP x 8 rows in 0.1 s
     assert result["mfu"] == pytest.approx(0.08 / result["peak_tflops"], rel=1e-3)
     assert json.loads((tmp_path / "lm.json").read_text())["attempts"][0]["out_of_memory"] is True
+
+
+def test_the_quick_preset_step_plans_the_reproduction_in_its_dry_form(tmp_path):
+    """`device --only quick` on the CPU: the smoke preset's plan through the real command (on a GPU: the quick preset,
+    trained, timed)."""
+    out = tmp_path / "gc"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "device", "--dry", "--only", "quick",
+                           "--data", str(tmp_path / "no-corpora"), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    quick = json.loads((out / "quick.json").read_text())
+    assert quick["rc"] == 0 and "--dry-run" in quick["argv"] and "smoke" in quick["argv"]
+    assert "precision=" in quick["tail"]  # the plan's lines: one per run

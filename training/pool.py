@@ -1,5 +1,6 @@
 """The process pools of the project. `pool_map`: spawned workers, each leading its own process group, that end
-quietly with their parent; sweeps, reproduction and its analysis stage run on it (mixit_lab.training.sweep). `forked_map`:
+quietly with their parent, each in a slot that may give it an environment of its own (the GPU it trains on,
+mixit_lab.training.placement); sweeps, reproduction and its analysis stage run on it (mixit_lab.training.sweep). `forked_map`:
 forked processes that share this one's memory, for short work that only reads what is already loaded (a runs
 folder's table, the figures drawn from it)."""
 
@@ -9,12 +10,13 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import pickle
 import signal
 import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 def one_line_warnings() -> None:
@@ -67,9 +69,13 @@ def _worker_signals(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker(fn: Callable[[Any], Any], threads: int, conn: Any, parent: int) -> None:
-    """A pool worker: run the jobs sent on `conn` one at a time and send back (index, ("ok"|"error", value))."""
+def _worker(payload: bytes, env: dict[str, str], threads: int, conn: Any, parent: int) -> None:
+    """A pool worker: set its slot's environment `env` (CUDA_VISIBLE_DEVICES, say) before anything reads it, then
+    load the function (`payload`, pickled: its module, torch with it, is imported only now), run the jobs sent on
+    `conn` one at a time and send back (index, ("ok"|"error", value))."""
+    os.environ.update(env)
     _worker_signals(parent)
+    fn = pickle.loads(payload)
     _set_threads(threads)
     while True:
         try:
@@ -137,8 +143,38 @@ def _stop_workers(procs: dict[Any, Any], busy: set[Any]) -> None:
         process.join()
 
 
+class _Workers:
+    """The spawned workers of one pool_map: each in a slot (0..workers-1) whose environment it starts with."""
+
+    def __init__(self, fn: Callable[[Any], Any], threads: int, worker_env: Sequence[Mapping[str, str]] | None):
+        self.ctx = mp.get_context("spawn")
+        self.payload = pickle.dumps(fn)  # loaded by the worker once its slot's environment is set
+        self.threads, self.worker_env = threads, worker_env
+        self.procs: dict[Any, Any] = {}  # the parent's end of each worker's pipe -> its process
+        self.slots: dict[Any, int] = {}  # pipe -> the worker's slot
+
+    def start(self, slot: int) -> Any:
+        """A new worker in `slot` (a dead one's replacement gets its slot, and so its environment); its pipe."""
+        mine, theirs = self.ctx.Pipe()
+        env = dict(self.worker_env[slot]) if self.worker_env is not None else {}
+        process = self.ctx.Process(target=_worker, args=(self.payload, env, self.threads, theirs, os.getpid()),
+                                   daemon=True)
+        process.start()
+        with contextlib.suppress(OSError, AttributeError):  # the worker does it too: whichever comes first
+            os.setpgid(process.pid, process.pid)
+        theirs.close()
+        self.procs[mine], self.slots[mine] = process, slot
+        return mine
+
+    def lost(self, conn: Any) -> tuple[Any, int]:
+        """Forget the worker behind `conn` (dead): its process and its slot."""
+        conn.close()
+        return self.procs.pop(conn), self.slots.pop(conn)
+
+
 def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
-             failed: Callable[[Any, Exception], Any] | None = None) -> Iterator[Any]:
+             failed: Callable[[Any, Exception], Any] | None = None,
+             worker_env: Sequence[Mapping[str, str]] | None = None) -> Iterator[Any]:
     """fn over jobs on `workers` spawned processes, results in completion order (inline for one).
 
     The one process pool of the project: sweeps, reproduction and its analysis stage run on it. A worker
@@ -146,28 +182,23 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
     that job (raised when `failed` is None) and is replaced, so the other jobs still run; an exception
     raised by fn is raised here. Leaving the iterator early (Ctrl-C, SIGTERM in the command line, an error) stops
     the workers and whatever they started; a worker whose parent dies (even by SIGKILL) ends quietly.
+
+    worker_env: what each worker slot adds to its environment (slot s: worker_env[s]; at least `workers` of them),
+    set in the worker before it imports fn's module: CUDA_VISIBLE_DEVICES, so that CUDA sees the slot's GPU alone
+    (mixit_lab.training.placement). A worker's replacement starts in its slot. With it, jobs always run in spawned
+    workers, one job or one worker too: only a new process starts with the environment in place.
     """
+    if worker_env is not None and len(worker_env) < workers:
+        raise ValueError(f"worker_env has {len(worker_env)} environments for {workers} workers; give one a worker")
     threads = threads_per_worker(workers)
-    if workers <= 1 or len(jobs) <= 1:
+    if worker_env is None and (workers <= 1 or len(jobs) <= 1):
         _set_threads(threads)
         yield from map(fn, jobs)
         return
-    ctx = mp.get_context("spawn")
+    pool = _Workers(fn, threads, worker_env)
     todo = list(enumerate(jobs))[::-1]  # popped from the end: jobs start in the order given
-    procs: dict[Any, Any] = {}  # the parent's end of each worker's pipe -> its process
     running: dict[Any, int] = {}  # pipe -> index of the job it runs
-
-    def start() -> Any:
-        mine, theirs = ctx.Pipe()
-        process = ctx.Process(target=_worker, args=(fn, threads, theirs, os.getpid()), daemon=True)
-        process.start()
-        with contextlib.suppress(OSError, AttributeError):  # the worker does it too: whichever comes first
-            os.setpgid(process.pid, process.pid)
-        theirs.close()
-        procs[mine] = process
-        return mine
-
-    idle = [start() for _ in range(min(workers, len(jobs)))]
+    idle = [pool.start(slot) for slot in range(min(workers, len(jobs)))]
     try:
         while todo or running:
             while idle and todo:
@@ -176,24 +207,24 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
                 try:
                     conn.send((index, job))
                 except OSError:  # it died while idle: replace it, the job waits for the next one
-                    procs.pop(conn).join(timeout=5)
-                    conn.close()
+                    process, slot = pool.lost(conn)
+                    process.join(timeout=5)
                     todo.append((index, job))
-                    idle.append(start())
+                    idle.append(pool.start(slot))
                     continue
                 running[conn] = index
-            ready = mp.connection.wait([*running, *(procs[c].sentinel for c in running)])
+            ready = mp.connection.wait([*running, *(pool.procs[c].sentinel for c in running)])
             for conn in list(running):
-                if conn not in ready and procs[conn].sentinel not in ready:
+                if conn not in ready and pool.procs[conn].sentinel not in ready:
                     continue
                 try:
                     _, (kind, value) = conn.recv()
                 except (EOFError, OSError):  # the worker died with this job
                     index = running.pop(conn)
-                    error = _death(procs.pop(conn))
-                    conn.close()
+                    process, slot = pool.lost(conn)
+                    error = _death(process)
                     if todo:
-                        idle.append(start())
+                        idle.append(pool.start(slot))
                     if failed is None:
                         raise error from None
                     yield failed(jobs[index], error)
@@ -204,7 +235,7 @@ def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int,
                     raise value
                 yield value
     finally:
-        _stop_workers(procs, set(running))
+        _stop_workers(pool.procs, set(running))
 
 
 def fork_workers(requested: int | None, n_items: int, *, torch_in_children: bool = True) -> int:

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pandas as pd
 import yaml
@@ -40,6 +40,7 @@ from mixit_lab.models.grid import grid_name
 from mixit_lab.models.model_extra import check_grid_models, grid_extra
 
 from .config import TrainConfig
+from .placement import RUNS_PER_GPU, check_runs_per_gpu, gpu_slots, gpus_here, slot_environments
 from .pool import _set_threads, pool_map
 from .resolve import resolve
 from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table
@@ -308,10 +309,14 @@ EXECUTORS = ("pool", "ray")
 class Executor:
     """Where the training runs of a sweep or reproduction execute.
 
-    "pool": `workers` processes on this machine (pool_map). "ray": one Ray task per run, each declaring
-    `cpus_per_run` CPUs and `gpus_per_run` GPUs; on the Ray cluster at `address` ("auto", "ray://HOST:10001"),
-    or, without one, on a Ray started here with `workers` x `cpus_per_run` CPUs. Either way the runs write
-    the same run directories, so on a cluster the runs folder must be on a filesystem every node sees.
+    "pool": processes on this machine (pool_map): `workers` of them for runs on the CPU. Runs on CUDA train
+    `runs_per_gpu` (default RUNS_PER_GPU) at a time on each visible GPU, each worker pinned to its GPU
+    (mixit_lab.training.placement): G x runs_per_gpu workers, or at most `workers` where the user gave it
+    (`workers_given`; False: `workers` is only the CPU runs' default). "ray": one Ray task per run, each declaring
+    `cpus_per_run` CPUs and `gpus_per_run` GPUs (`runs_per_gpu` N instead: 1/N GPU, `run_gpus`); on the Ray cluster
+    at `address` ("auto", "ray://HOST:10001"), or, without one, on a Ray started here with `workers` x
+    `cpus_per_run` CPUs. Either way the runs write the same run directories, so on a cluster the runs folder must be
+    on a filesystem every node sees.
     """
 
     kind: str = "pool"
@@ -319,6 +324,8 @@ class Executor:
     address: str | None = None
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
+    runs_per_gpu: int | None = None
+    workers_given: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
@@ -329,14 +336,70 @@ class Executor:
             raise ValueError(f"address={self.address!r} needs executor='ray'")
         if not self.cpus_per_run > 0 or self.gpus_per_run < 0:
             raise ValueError(f"cpus_per_run={self.cpus_per_run} must be > 0 and gpus_per_run={self.gpus_per_run} >= 0")
+        if self.runs_per_gpu is not None:
+            check_runs_per_gpu(self.runs_per_gpu)
+            if self.gpus_per_run:
+                raise ValueError(f"runs_per_gpu={self.runs_per_gpu} and gpus_per_run={self.gpus_per_run:g} both set "
+                                 "a run's share of a GPU; give one (runs_per_gpu=N declares 1/N GPU a run)")
+
+    @property
+    def run_gpus(self) -> float:
+        """The GPUs each Ray task declares: 1/runs_per_gpu when given, else gpus_per_run."""
+        return 1 / self.runs_per_gpu if self.runs_per_gpu else self.gpus_per_run
+
+    def gpu_slots(self, on_cuda: bool) -> list[str] | None:
+        """The pool's worker slots as the GPU each trains on (mixit_lab.training.placement.gpu_slots) when the runs
+        train on CUDA (`on_cuda`) and this machine has a GPU; None otherwise (Ray, runs on the CPU): `workers`
+        workers as before, no GPU of their own."""
+        if self.kind != "pool" or not on_cuda:
+            return None
+        visible = gpus_here()
+        if not visible:
+            return None
+        return gpu_slots(visible, self.runs_per_gpu or RUNS_PER_GPU, self.workers if self.workers_given else None)
+
+    def where(self, on_cuda: bool) -> str:
+        """Where the runs train, for a log line."""
+        if self.kind == "ray":
+            gpus = f", {self.run_gpus:g} GPU(s)" if self.run_gpus else ""
+            return f"as Ray tasks ({self.address or 'local Ray'}, {self.cpus_per_run:g} CPU(s){gpus} each)"
+        slots = self.gpu_slots(on_cuda)
+        if slots is None:
+            return f"on {self.workers} worker(s)"
+        gpus = sorted(set(slots), key=slots.index)
+        return f"on {len(slots)} worker(s), up to {self.runs_per_gpu or RUNS_PER_GPU} a GPU on GPU(s) {', '.join(gpus)}"
 
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any],
-            failed: Callable[[Any, Exception], Any]) -> Iterator[Any]:
+            failed: Callable[[Any, Exception], Any], on_cuda: bool = False) -> Iterator[Any]:
         """fn over jobs, results in completion order; `failed(job, error)` stands in for a job whose
-        process died (a Ray worker lost with its node, killed for memory, ...)."""
-        if self.kind == "pool":
+        process died (a Ray worker lost with its node, killed for memory, ...). `on_cuda`: the jobs train on CUDA,
+        so the pool places its workers on the GPUs (gpu_slots)."""
+        if self.kind == "ray":
+            return ray_map(fn, jobs, self, failed)
+        slots = self.gpu_slots(on_cuda)
+        if slots is None:
             return pool_map(fn, jobs, self.workers, failed)
-        return ray_map(fn, jobs, self, failed)
+        if len(slots) == 1 or len(jobs) <= 1:  # one at a time: here, on this process's first GPU, slot 0's GPU
+            return pool_map(fn, jobs, 1, failed)
+        return pool_map(fn, jobs, len(slots), failed, worker_env=slot_environments(slots))
+
+
+def gpu_placed(configs: Iterable[TrainConfig]) -> bool:
+    """Whether the pool places these runs on this machine's GPUs (Executor.gpu_slots): some of them train on CUDA
+    here by device "auto" or "cuda", and none names its GPU ("cuda:N", which a pinned worker would not see). Runs
+    on the CPU alone are not placed, nor are runs on a device this machine lacks (each fails with its own error)."""
+    from .resolve import resolve_device
+
+    devices = {cfg.device for cfg in configs}
+    if any(device.startswith("cuda:") for device in devices):
+        return False
+    for device in sorted(devices & {"auto", "cuda"}):
+        try:
+            if resolve_device(device).type == "cuda":
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def check_ray() -> None:
@@ -405,7 +468,7 @@ def ray_map(fn: Callable[[Any], Any], jobs: Sequence[Any], executor: Executor,
         with _keep_signal_handlers():  # ray.init takes SIGTERM over (exit 15, or a C++ dump and SIGABRT)
             ray.init(address=executor.address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False, **local)
-    remote = ray.remote(num_cpus=executor.cpus_per_run, num_gpus=executor.gpus_per_run)(_ray_task)
+    remote = ray.remote(num_cpus=executor.cpus_per_run, num_gpus=executor.run_gpus)(_ray_task)
     threads = max(1, int(executor.cpus_per_run))
     pending = {remote.remote(fn, threads, job): job for job in jobs}
     try:
@@ -442,12 +505,13 @@ def _lost_run(job: TrainJob, error: Exception) -> dict[str, Any]:
 def train_runs(runs: Sequence[Run], out: Path, executor: Executor | int, command: str,
                tracker: str | None = None) -> Iterator[dict[str, Any]]:
     """Train `runs` (in the order given) into out/<name> on `executor` (an int: that many local
-    processes); yield each summary row."""
+    processes; runs on CUDA are placed on the GPUs, Executor.gpu_slots); yield each summary row."""
     if isinstance(executor, int):
         executor = Executor(workers=executor)
     jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker, worker_task_import(cfg.task))
             for name, cfg in runs]
-    yield from executor.map(train_one, jobs, _lost_run)
+    on_cuda = executor.kind == "pool" and gpu_placed(cfg for _, cfg in runs)
+    yield from executor.map(train_one, jobs, _lost_run, on_cuda)
 
 
 def run_sweep(runs: list[Run], out: str | Path, workers: int | Executor = 1, progress: bool = True,
