@@ -6,7 +6,8 @@ graph, and several runs per GPU would give: the measurements behind the GPU engi
 
 Parts, each written to OUT/PART.json as it ends (a call cut short keeps what it measured):
   steps  one process, the retrieval, memorize and 16-layer depth shapes: ms per optimizer step of the trainer's own
-         step (`_Loop._train_step`: batch made on the host, loss read back, finiteness checked), of a step with no
+         step (`_Loop._train_step`: batch made on the host; it read the loss back and checked it every step when
+         docs/benchmarks.md's numbers were taken, it now keeps both on the device), of a step with no
          host read (the same model and AdamW, batches already on the device, the loss over every position weighted
          by the mask, divergence counted on the device), and of that step captured once as a CUDA graph and
          replayed; with the graph's weights against the eager step's after the same batches.
@@ -40,7 +41,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
-from gpu_check import python_env, shapes, short_config  # noqa: E402
+from gpu_check import python_env  # noqa: E402
+from gpu_check_steps import shapes, short_config  # noqa: E402
 from mixit_lab.models.config import ModelConfig  # noqa: E402
 from mixit_lab.models import build_model  # noqa: E402
 from mixit_lab.training.loss import masked_loss  # noqa: E402

@@ -309,7 +309,11 @@ class _Loop:
         self.optimizer.step()  # a non-finite step still runs: _settle finds it before any weights are written
 
     def _pend(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Keep a step's loss and gradient norm on the device, for _settle."""
+        """Keep a step's loss and gradient norm on the device, for _settle (which runs first if the buffer is full:
+        never in the loop, which settles at least every log_every steps; a caller stepping on its own, such as a
+        benchmark, reads once a buffer)."""
+        if self.n_pending == len(self.pending):
+            self._settle()
         self.pending[self.n_pending, 0].copy_(loss)
         self.pending[self.n_pending, 1].copy_(grad_norm)
         self.n_pending += 1
