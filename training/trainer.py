@@ -273,7 +273,7 @@ class _Loop:
         self.train_tokens += cfg.batch_size * self.task.seq_len
         is_log = step % cfg.log_every == 0 or step % cfg.eval_every == 0 or step == cfg.steps
         is_checkpoint = step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps
-        if is_log or is_checkpoint or step in self.kept or self.n_pending == len(self.pending):
+        if is_log or is_checkpoint or step in self.kept:
             self._settle()  # every rank at the same steps: a diverged run stops on all of them together
         if ranks.main and is_log:
             self._log(step % cfg.eval_every == 0 or step == cfg.steps)
