@@ -6,7 +6,7 @@ graph, and several runs per GPU would give: the measurements behind the GPU engi
 
 Parts, each written to OUT/PART.json as it ends (a call cut short keeps what it measured):
   steps  one process, the retrieval, memorize and 16-layer depth shapes: ms per optimizer step of the trainer's own
-         step (`_Loop._train_step`: batch made on the host; it read the loss back and checked it every step when
+         step (`RunLoop._train_step`: batch made on the host; it read the loss back and checked it every step when
          docs/benchmarks.md's numbers were taken, it now keeps both on the device), of a step with no
          host read (the same model and AdamW, batches already on the device, the loss over every position weighted
          by the mask, divergence counted on the device), and of that step captured once as a CUDA graph and
@@ -49,7 +49,7 @@ from mixit_lab.training.loss import masked_loss  # noqa: E402
 from mixit_lab.training.parallel import Ranks  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.resolve import resolve  # noqa: E402
-from mixit_lab.training.trainer import _Loop  # noqa: E402
+from mixit_lab.training.trainer import RunLoop  # noqa: E402
 
 DATASHEET_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16
 LM_VOCAB = 27_000  # the paper preset's LM vocabulary on its corpora (docs/benchmarks.md)
@@ -75,11 +75,11 @@ def shape_config(study: str, variant: str, n_layers: int, dry: bool, device: str
     raise KeyError((study, variant, n_layers))
 
 
-def build_loop(cfg: TrainConfig, work: Path) -> _Loop:
+def build_loop(cfg: TrainConfig, work: Path) -> RunLoop:
     """The trainer's own loop for cfg (its model, AdamW and data stream), ready to step."""
     device = torch.device(cfg.device)
     run = resolve(cfg, work / "cache", device=device)
-    loop = _Loop(cfg, work / "run", run, Ranks(), "bf16" if device.type == "cuda" else "fp32")
+    loop = RunLoop(cfg, work / "run", run, Ranks(), "bf16" if device.type == "cuda" else "fp32")
     loop.prepare()
     return loop
 
@@ -110,7 +110,7 @@ class StaticStep:
     device tensor, a non-finite loss or gradient norm is counted on the device (`bad`), batches are copied into
     fixed buffers. `capture()` records it as a CUDA graph; `__call__` then replays it."""
 
-    def __init__(self, loop: _Loop, batches: list[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, loop: RunLoop, batches: list[tuple[torch.Tensor, torch.Tensor]]):
         self.loop, self.model, self.batches, self.device = loop, loop.model, batches, loop.device
         cfg, cuda = loop.cfg, loop.device.type == "cuda"
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -166,7 +166,7 @@ class StaticStep:
         self.graph.replay()  # the recorded step was not run: run it
 
 
-def device_batches(loop: _Loop, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def device_batches(loop: RunLoop, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [tuple(t.to(loop.device) for t in loop.stream.next()) for _ in range(n)]
 
 

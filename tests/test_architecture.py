@@ -112,10 +112,10 @@ def test_json_files_are_read_where_docs_architecture_says():
 
 
 def test_only_the_trainer_and_mixit_train_use_training_parallel():
-    """docs/architecture.md, "One run on several processes": the trainer, mixit train, and the device resolution
-    (this rank's own GPU under torchrun)."""
+    """docs/architecture.md, "One run on several processes": the trainer, mixit train, the device resolution
+    (this rank's own GPU under torchrun) and the stack of runs (one process: it refuses torchrun)."""
     assert _graph().find_modules_that_directly_import("mixit_lab.training.parallel") == {
-        "mixit_lab.training.trainer", "mixit_lab.cli.train", "mixit_lab.training.resolve"}
+        "mixit_lab.training.trainer", "mixit_lab.cli.train", "mixit_lab.training.resolve", "mixit_lab.training.stack"}
 
 
 def _modules_using(names: set[str]) -> set[str]:

@@ -21,7 +21,7 @@ import torch
 import mixit_lab
 from mixit_lab.training import TrainConfig, train
 from mixit_lab.training.tasks import TrainStream
-from mixit_lab.training.trainer import _Loop
+from mixit_lab.training.trainer import RunLoop
 
 PACKAGE = str(Path(mixit_lab.__file__).parent)
 READS = ("item", "tolist", "nonzero", "__bool__", "__int__", "__float__", "__index__")
@@ -56,9 +56,9 @@ def counted_reads() -> Iterator[Counter]:
 def reads_per_step(monkeypatch, cfg: TrainConfig, out: Path) -> list[Counter]:
     """Train `cfg` and return, for each optimizer step, the reads made while it ran (its log and saves included)."""
     per_step: list[Counter] = []
-    one_step = _Loop._one_step
+    one_step = RunLoop._one_step
 
-    def counted(loop: _Loop) -> None:
+    def counted(loop: RunLoop) -> None:
         with counted_reads() as counts:
             one_step(loop)
         per_step.append(counts)
@@ -71,7 +71,7 @@ def reads_per_step(monkeypatch, cfg: TrainConfig, out: Path) -> list[Counter]:
             PAUSED.pop()
 
     next_batch = TrainStream.next
-    monkeypatch.setattr(_Loop, "_one_step", counted)
+    monkeypatch.setattr(RunLoop, "_one_step", counted)
     monkeypatch.setattr(TrainStream, "next", drawn_on_the_host)
     train(cfg, out, progress=False)
     return per_step

@@ -56,7 +56,7 @@ from .state import has_trainer_state, load_trainer_state, save_trainer_state, sa
 from .tasks import Task, TrainStream, attach_tokenizer, task_record
 from .trackers import open_tracker
 
-__all__ = ["TrainingDiverged", "train"]
+__all__ = ["RunLoop", "TrainingDiverged", "open_loop", "train"]
 
 class TrainingDiverged(RuntimeError):
     """The loss or gradient became non-finite; the last good checkpoint is kept."""
@@ -142,6 +142,13 @@ def _start_or_resume(cfg: TrainConfig, out: Path, resume: bool, run: ResolvedRun
 def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list[str] | None,
            tracker: str | None, device: torch.device, ranks: Ranks) -> dict[str, Any]:
     """The body of `train`, run while holding the run directory's lock (rank 0)."""
+    return open_loop(cfg, out, resume, argv, device, ranks).run(progress, tracker)
+
+
+def open_loop(cfg: TrainConfig, out: Path, resume: bool, argv: list[str] | None, device: torch.device,
+              ranks: Ranks) -> RunLoop:
+    """A run's loop, ready for its next step: the run resolved, its weights, optimizer and data stream built, and
+    loaded from the last checkpoint (resume) or written as a new run's run.json. The caller holds the lock."""
     run, precision = _prepare(cfg, out, resume, device, ranks)
     warn_if_frozen_attention_is_uniform(run.model)
     if resume and (out / RUN_FILE).is_file():
@@ -150,11 +157,11 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
         except ValueError as e:
             files = ", ".join(map(str, cfg.task_params.get("text_file") or [])) or "the task's code or data"
             raise SettingsChanged(f"{e} ({files}); restore them, or start a new run with another --out") from None
-    loop = _Loop(cfg, out, run, ranks, precision)
+    loop = RunLoop(cfg, out, run, ranks, precision)
     loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(
         cfg, out, resume, run, loop.model, loop.optimizer, loop.stream, argv, ranks)
     loop.prepare()
-    return loop.run(progress, tracker)
+    return loop
 
 
 def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ranks: Ranks) -> tuple[ResolvedRun, str]:
@@ -176,10 +183,12 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool, device: torch.device, ra
     return run, precision
 
 
-class _Loop:
-    """One run's training loop and its counters, as named steps: prepare, step, log, keep, checkpoint, finish.
+class RunLoop:
+    """One run's training loop and its counters, as named steps: prepare, begin, step (train, then what falls due:
+    log, keep, checkpoint), finish.
 
-    Every rank runs it; rank 0 alone logs, evaluates and writes the run directory."""
+    Every rank runs it; rank 0 alone logs, evaluates and writes the run directory. A stack of runs
+    (mixit_lab.training.stack) drives several loops, taking their train steps as one and the rest loop by loop."""
 
     def __init__(self, cfg: TrainConfig, out: Path, run: ResolvedRun, ranks: Ranks, precision: str):
         task, device = run.task, run.device
@@ -211,6 +220,7 @@ class _Loop:
         self.graphed: GraphedStep | None = None  # the step as a CUDA graph, set by prepare() with cfg.cuda_graph
         self.kept: set[int] = set()
         self.counts: dict[str, int] = {}
+        self.stacked = 1  # the runs whose steps this process takes as one (mixit_lab.training.stack sets it)
         self.track = None  # the tracker (rank 0), the progress bar and whether to print eval lines: set by run()
         self.bar: tqdm
         self.progress = False
@@ -237,6 +247,17 @@ class _Loop:
 
     def run(self, progress: bool, tracker: str | None) -> dict[str, Any]:
         """Train from the current step to cfg.steps; returns the summary (written as summary.json by rank 0)."""
+        self.begin(progress, tracker)
+        try:
+            with self.model.trusted_inputs():  # the task's own batches: no per-step read of token values
+                while self.step < self.cfg.steps:
+                    self._one_step()
+        except TrainingDiverged as e:
+            self.diverged(e)
+        return self.finish()
+
+    def begin(self, progress: bool, tracker: str | None) -> None:
+        """Open the tracker (rank 0) and the progress bar, start the clock: the loop is about to step."""
         cfg = self.cfg
         self.track = open_tracker(tracker, self.out, cfg.to_dict(), self.step) if self.ranks.main else None
         self.progress = progress
@@ -244,14 +265,6 @@ class _Loop:
                         dynamic_ncols=True, leave=False, mininterval=0.5 if sys.stderr.isatty() else 30.0)
         self.model.train()
         self.t_start = time.perf_counter()
-        try:
-            with self.model.trusted_inputs():  # the task's own batches: no per-step read of token values
-                while self.step < cfg.steps:
-                    self._one_step()
-        except TrainingDiverged as e:
-            self._diverged(e)
-        self.bar.close()
-        return self._finish()
 
     def _elapsed(self) -> float:
         """Seconds of training so far, earlier sessions of a resumed run included."""
@@ -262,21 +275,33 @@ class _Loop:
 
         Nothing here reads a device value except at those steps (_settle), so on a GPU the host queues the next
         step's kernels while this one runs."""
-        cfg, ranks = self.cfg, self.ranks
         t0 = time.perf_counter()
         self._train_step(self.stream.next())
+        self.after_step(t0)
+
+    def due(self, step: int) -> tuple[bool, bool, bool]:
+        """What falls due once `step` is done: (a log, an evaluation, a checkpoint); a kept model is `step in
+        self.kept`."""
+        cfg = self.cfg
+        is_eval = step % cfg.eval_every == 0 or step == cfg.steps
+        is_checkpoint = step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps
+        return step % cfg.log_every == 0 or is_eval, is_eval, is_checkpoint
+
+    def after_step(self, t0: float) -> None:
+        """Count the step that began at time.perf_counter() `t0`, then do what falls due (due): read the pending
+        values, log and evaluate, keep the model, write the checkpoint."""
+        cfg, ranks = self.cfg, self.ranks
         self.step += 1
         step = self.step
         if self.device.type == "cuda" and step % cfg.log_every == 0:
             torch.cuda.synchronize()
         self.train_time += time.perf_counter() - t0
         self.train_tokens += cfg.batch_size * self.task.seq_len
-        is_log = step % cfg.log_every == 0 or step % cfg.eval_every == 0 or step == cfg.steps
-        is_checkpoint = step % (cfg.checkpoint_every or cfg.eval_every) == 0 or step == cfg.steps
+        is_log, is_eval, is_checkpoint = self.due(step)
         if is_log or is_checkpoint or step in self.kept:
             self._settle()  # every rank at the same steps: a diverged run stops on all of them together
         if ranks.main and is_log:
-            self._log(step % cfg.eval_every == 0 or step == cfg.steps)
+            self._log(is_eval)
         self._keep_model(step)
         if ranks.main and is_checkpoint:
             self._save_checkpoint(self._elapsed())
@@ -399,7 +424,7 @@ class _Loop:
         if self.track is not None:  # what was logged up to this checkpoint survives a kill after it
             self.track.flush()
 
-    def _diverged(self, error: TrainingDiverged) -> NoReturn:
+    def diverged(self, error: TrainingDiverged) -> NoReturn:
         """Close up after a non-finite loss or gradient: summary.json says "diverged"; the last checkpoint stays."""
         self.bar.close()
         if self.track is not None:
@@ -415,8 +440,9 @@ class _Loop:
             write_json(self.out / SUMMARY_FILE, summary)
         raise TrainingDiverged(f"{self.out}: {error}; {kept}") from None
 
-    def _finish(self) -> dict[str, Any]:
+    def finish(self) -> dict[str, Any]:
         """The finished run's summary, written as summary.json (rank 0), which marks the run finished."""
+        self.bar.close()
         last = self.last
         summary = {
             "status": "finished",
@@ -435,6 +461,7 @@ class _Loop:
             "processes": self.ranks.size,
             "backend": self.ranks.backend,
             "cuda_graph": self.graphed is not None and self.graphed.graph is not None,  # the step replayed as a graph
+            "stacked": self.stacked,  # runs trained in one step with this one (itself included)
         }
         if not self.moved:  # finished, yet nothing trained: said in summary.json and as a warning
             summary["message"] = ("the gradient was 0 at every logged step: nothing trained; check "

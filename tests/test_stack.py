@@ -1,0 +1,171 @@
+"""Runs trained as one stack (mixit_lab.training.stack) are the runs trained alone, up to float rounding: the same
+logs, weights and checkpoints; a run that diverges leaves the stack alone; a stacked run resumes alone and the
+reverse; what cannot stack is refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixit_lab.models import load_model
+from mixit_lab.training import TrainConfig, train
+from mixit_lab.training.rundir import read_metric_records, read_summary
+from mixit_lab.training.stack import StackedStep, check_stackable, stack_key, train_stack
+
+from test_host_syncs import counted_reads
+
+BASE = dict(task="addition", task_params={"digits": 2}, d_model=16, n_layers=2, n_heads=2, batch_size=16,
+            steps=24, log_every=4, eval_every=12, eval_samples=32, device="cpu", precision="fp32")
+# three runs that differ in what a stack lets differ: seed, learning rate, weight decay, clipping
+ROWS = [dict(seed=0, lr=1e-3), dict(seed=1, lr=3e-3, weight_decay=0.0), dict(seed=2, lr=1e-2, grad_clip=0.0)]
+
+
+def configs(**over) -> list[TrainConfig]:
+    return [TrainConfig(**{**BASE, **over, **row}) for row in ROWS]
+
+
+def assert_same_run(alone: Path, stacked: Path) -> None:
+    """Two run directories hold the same run up to float rounding: every logged number and the final weights."""
+    a, b = read_metric_records(alone), read_metric_records(stacked)
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        for key in ("loss", "grad_norm", "lr", "eval_loss", "eval_acc"):
+            if key in ra:
+                assert rb[key] == pytest.approx(ra[key], rel=1e-4, abs=1e-6), (ra["step"], key)
+    wa, wb = load_model(alone / "checkpoint").state_dict(), load_model(stacked / "checkpoint").state_dict()
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("variant", ["standard", "mixit"])
+def test_a_stack_trains_each_run_as_it_trains_alone(tmp_path, one_thread, variant):
+    cfgs = configs(variant=variant)
+    alone = [train(cfg, tmp_path / f"alone{i}", progress=False) for i, cfg in enumerate(cfgs)]
+    stacked = train_stack(cfgs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False)
+    for a, s in zip(alone, stacked):
+        assert s["status"] == "finished" and s["stacked"] == 3 and a["stacked"] == 1
+        assert_same_run(Path(a["run_dir"]), Path(s["run_dir"]))
+        assert read_summary(s["run_dir"])["seed"] == a["seed"]
+
+
+def test_a_classifier_stacks(tmp_path, one_thread, generated_corpora):
+    cfgs = configs(task="sentiment", task_params={"text_file": [str(generated_corpora["sentiment"])],
+                                                  "vocab_size": 300}, variant="mixit")[:2]
+    alone = train(cfgs[1], tmp_path / "alone", progress=False)
+    stacked = train_stack(cfgs, [tmp_path / "s0", tmp_path / "s1"], progress=False)
+    assert [s["status"] for s in stacked] == ["finished", "finished"]
+    assert_same_run(Path(alone["run_dir"]), tmp_path / "s1")
+
+
+def test_a_run_that_diverges_leaves_the_stack_and_the_others_go_on(tmp_path, one_thread):
+    cfgs = configs()
+    cfgs[1] = TrainConfig(**{**BASE, **ROWS[1], "lr": 1e30, "grad_clip": 0.0})  # blows up within a few steps
+    stacked = train_stack(cfgs, [tmp_path / f"s{i}" for i in range(3)], progress=False)
+    assert [s["status"] for s in stacked] == ["finished", "diverged", "finished"]
+    assert "non-finite" in stacked[1]["message"] and stacked[1]["step"] < BASE["steps"]
+    for i in (0, 2):  # untouched by the run beside them
+        train(cfgs[i], tmp_path / f"alone{i}", progress=False)
+        assert_same_run(tmp_path / f"alone{i}", tmp_path / f"s{i}")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupt_at(monkeypatch, step: int) -> None:
+    """Make the next stack (or run alone) stop as a kill would, just before optimizer step `step` + 1."""
+    import mixit_lab.training.trainer as trainer
+
+    stack_step, loop_step = StackedStep.step, trainer.RunLoop._train_step
+
+    def stack(self, *args):
+        if self.loops[0].step == step:
+            raise Interrupted
+        return stack_step(self, *args)
+
+    def alone(self, batch):
+        if self.step == step:
+            raise Interrupted
+        return loop_step(self, batch)
+
+    monkeypatch.setattr(StackedStep, "step", stack)
+    monkeypatch.setattr(trainer.RunLoop, "_train_step", alone)
+
+
+def test_a_stacked_run_resumes_alone_and_a_run_alone_resumes_in_a_stack(tmp_path, monkeypatch, one_thread):
+    cfgs = configs(checkpoint_every=8)
+    runs = [tmp_path / f"r{i}" for i in range(3)]
+    with monkeypatch.context() as m:  # r0 alone, r1 and r2 stacked: each stopped at step 10, checkpoints at 8
+        interrupt_at(m, 10)
+        with pytest.raises(Interrupted):
+            train(cfgs[0], runs[0], progress=False)
+        with pytest.raises(Interrupted):
+            train_stack(cfgs[1:], runs[1:], progress=False)
+    train_stack(cfgs[:2], runs[:2], resume=True, progress=False)  # r0 was alone, r1 stacked: now a stack
+    train(cfgs[2], runs[2], resume=True, progress=False)  # stacked, resumed alone
+    for i, cfg in enumerate(cfgs):
+        train(cfg, tmp_path / f"alone{i}", progress=False)
+        assert_same_run(tmp_path / f"alone{i}", runs[i])
+
+
+def test_resumed_runs_at_different_steps_train_as_one_stack_per_step(tmp_path, monkeypatch, one_thread):
+    cfgs = configs(checkpoint_every=8)
+    with monkeypatch.context() as m:
+        interrupt_at(m, 10)
+        with pytest.raises(Interrupted):
+            train(cfgs[0], tmp_path / "r0", progress=False)  # checkpoint at 8
+    done = train_stack(cfgs, [tmp_path / f"r{i}" for i in range(3)], resume=True, progress=False)
+    assert [s["stacked"] for s in done] == [1, 2, 2]  # r0 from step 8 alone, r1 and r2 from 0 together
+    train(cfgs[0], tmp_path / "alone0", progress=False)
+    assert_same_run(tmp_path / "alone0", tmp_path / "r0")
+    again = train_stack(cfgs, [tmp_path / f"r{i}" for i in range(3)], resume=True, progress=False)
+    assert [s["step"] for s in again] == [BASE["steps"]] * 3  # finished runs are returned as they are
+
+
+def test_a_stack_step_reads_no_tensor(tmp_path, one_thread):
+    cfgs = configs(variant="mixit")
+    from mixit_lab.training.parallel import Ranks
+    from mixit_lab.training.trainer import open_loop
+
+    loops = [open_loop(cfg, tmp_path / f"r{i}", False, None, torch.device("cpu"), Ranks()) for i, cfg in enumerate(cfgs)]
+    stack = StackedStep(loops)
+    batches = [loop.stream.next() for loop in loops]
+    with counted_reads() as reads:
+        for _ in range(3):
+            stack.step(batches, [1e-3] * 3)
+    assert not reads, dict(reads)
+    assert [loop.n_pending for loop in loops] == [3, 3, 3]
+    assert torch.isfinite(loops[2].pending[:3]).all()
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"micro_batch_size": 8}, "micro_batch_size=8"),
+    ({"compile": True}, "compile=True"),
+    ({"cuda_graph": True}, "cuda_graph=True"),
+])
+def test_what_cannot_stack_is_refused_in_one_line(over, says):
+    with pytest.raises(ValueError, match=says) as e:
+        check_stackable(configs(**over))
+    assert "\n" not in str(e.value)
+
+
+def test_runs_of_other_shapes_do_not_stack():
+    cfgs = configs()
+    cfgs.append(TrainConfig(**{**BASE, "d_model": 32}))
+    assert stack_key(cfgs[0]) == stack_key(cfgs[1]) != stack_key(cfgs[3])
+    with pytest.raises(ValueError, match=r"run 3 differs from run 0 in d_model; .* only in seed, lr"):
+        check_stackable(cfgs)
+
+
+def test_frozen_heads_and_a_used_directory_are_refused(tmp_path, one_thread):
+    cfgs = configs(model_extra={"freeze": "v@0.h1"})
+    with pytest.raises(ValueError, match="heads frozen within a matrix"):
+        train_stack(cfgs, [tmp_path / f"f{i}" for i in range(3)], progress=False)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        train_stack(configs(), [tmp_path / "a", tmp_path / "used", tmp_path / "b"], progress=False)
+    assert not (tmp_path / "a").exists()  # nothing trained: every run is checked first

@@ -1,0 +1,336 @@
+"""Several runs trained in one process as one: `train_stack`, `mixit sweep --stack N`.
+
+On a GPU the paper's small models leave the card idle: a step is a few hundred small kernels, and Python launching
+them sets the pace, not arithmetic. Processes that share a GPU take turns on it (docs/benchmarks.md: at most 2.1x
+the steps of one run, whatever their number). A stack of K runs takes one step for all of them: their trainable
+weights are the rows of one [K, n_params] tensor, one forward and backward pass maps the model over the rows
+(torch.func.vmap, the loss weighted by the mask at every position, as the CUDA graph's step: `fixed_shape_loss`),
+and AdamW runs on the stacked tensors. The kernels are as many as one run's, each K times as wide.
+
+What a run keeps from training alone:
+
+- its own directory, written by its own RunLoop (mixit_lab.training.trainer): the same run.json, metrics, evaluations,
+  kept models and checkpoints. A run trained in a stack resumes alone with `mixit train --resume`, and the reverse.
+- its own seeds (the init, MixiT's mixing, the data stream), learning rate, weight decay, clipping and schedule: its
+  numbers are those of the run alone up to float rounding (tests/test_stack.py).
+- isolation: each run's loss, gradient norm, clipping and AdamW touch its own row only. A run whose loss or gradient
+  turns non-finite diverges alone, found at its next log as alone, and leaves the stack; the others go on.
+
+Runs stack when their settings agree but for STACKED_FIELDS and they stand at the same step (stack_key); stack_refusal
+names what a stack does not take (micro-batches, torch.compile, CUDA graphs, heads frozen within a matrix).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from contextlib import ExitStack, nullcontext
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch.func import functional_call, vmap
+from tqdm.auto import tqdm
+
+from mixit_lab.models.freeze import FrozenSlices
+
+from .config import TrainConfig
+from .graph_step import fixed_shape_loss
+from .machine import keep_freed_memory
+from .parallel import Ranks
+from .resolve import resolve_device
+from .rundir import METRICS_FILE, RUN_FILE, is_empty_run_dir, is_finished, read_summary, run_lock, what_it_holds
+from .settings import check_same_settings
+from .tasks import Task
+from .trainer import RunLoop, TrainingDiverged, open_loop
+
+__all__ = ["STACKED_FIELDS", "StackedStep", "stack_key", "stack_refusal", "train_stack"]
+
+# The settings that may differ between the runs of a stack: each run's row has its own.
+STACKED_FIELDS = ("seed", "lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio", "schedule")
+
+
+def stack_key(cfg: TrainConfig) -> str:
+    """What the runs of one stack share: every setting but STACKED_FIELDS (runs with equal keys can stack)."""
+    shared = {k: v for k, v in cfg.to_dict().items() if k not in STACKED_FIELDS}
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def stack_refusal(cfg: TrainConfig) -> str | None:
+    """Why a run of `cfg` cannot train in a stack; None when it can."""
+    if cfg.micro_batch_size and cfg.micro_batch_size < cfg.batch_size:
+        return f"micro_batch_size={cfg.micro_batch_size} (a loop of forward passes; a stack takes the batch at once)"
+    if cfg.compile:
+        return "compile=True (a stack's step is mapped over its runs by torch.func, not compiled)"
+    if cfg.cuda_graph:
+        return "cuda_graph=True (a stack's step is not captured as a CUDA graph)"
+    return None
+
+
+def check_stackable(cfgs: Sequence[TrainConfig]) -> None:
+    """ValueError, one line, unless the runs `cfgs` can train as one stack: each allowed (stack_refusal), all with
+    the settings of the first but for STACKED_FIELDS."""
+    if not cfgs:
+        raise ValueError("a stack needs at least one run")
+    first = cfgs[0].to_dict()
+    for i, cfg in enumerate(cfgs):
+        refusal = stack_refusal(cfg)
+        if refusal is not None:
+            raise ValueError(f"run {i} cannot train in a stack: {refusal}")
+        differ = sorted(k for k, v in cfg.to_dict().items() if k not in STACKED_FIELDS and v != first[k])
+        if differ:
+            raise ValueError(f"run {i} differs from run 0 in {', '.join(differ)}; the runs of a stack may differ "
+                             f"only in {', '.join(STACKED_FIELDS)}")
+
+
+class _LossOf(torch.nn.Module):
+    """fixed_shape_loss of `model` as a module's forward, so that functional_call can swap in one run's weights."""
+
+    def __init__(self, model: torch.nn.Module, task: Task):
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
+        return fixed_shape_loss(self.model, self.task, batch)
+
+
+class StackedStep:
+    """The optimizer step of the runs of `loops` as one (their settings checked by check_stackable).
+
+    flat[k] holds run k's trainable weights, end to end in the order of model.named_parameters(); exp_avg and
+    exp_avg_sq are AdamW's moments in the same layout, `steps[k]` its step count; `fixed` holds each run's frozen
+    weights and buffers, stacked. The runs' models and optimizers are brought up to date by write_back (before an
+    evaluation, a kept model or a checkpoint), not at each step. Each step's loss and gradient norm go into
+    `pending[i, k]`, which each loop reads as its own pending buffer (RunLoop._settle)."""
+
+    def __init__(self, loops: Sequence[RunLoop]):
+        first = loops[0]
+        self.loops, self.device, self.task = list(loops), first.device, first.task
+        self.bf16 = first.precision == "bf16"
+        for loop in loops:
+            if FrozenSlices(loop.model).slices:
+                raise ValueError(f"{loop.out}: heads frozen within a matrix are restored after each step of their "
+                                 "own optimizer; train this run alone")
+            if loop.n_pending:
+                raise RuntimeError(f"{loop.out}: {loop.n_pending} steps not yet read; a stack starts after a read")
+        named = [(n, p) for n, p in first.model.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in named]
+        self.shapes = [p.shape for _, p in named]
+        self.sizes = [p.numel() for _, p in named]
+        with torch.no_grad():
+            self.flat = torch.stack([self._row(loop) for loop in loops]).requires_grad_()
+            self.fixed = {f"model.{n}": torch.stack([_fixed(loop.model)[n] for loop in loops])
+                          for n in _fixed(first.model)}
+        self.decay = torch.cat([torch.full((size,), float(len(shape) >= 2), device=self.device)
+                                for size, shape in zip(self.sizes, self.shapes)])
+        group = first.optimizer.param_groups[0]
+        (self.beta1, self.beta2), self.eps = group["betas"], group["eps"]
+        self.weight_decay = self._per_run([loop.cfg.weight_decay for loop in loops])
+        self.max_norm = self._per_run([loop.cfg.grad_clip or float("inf") for loop in loops])
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+        self.steps = torch.zeros(len(loops), device=self.device)
+        for k, loop in enumerate(loops):
+            self._load_moments(k, loop.optimizer)
+        self.loss_of = _LossOf(copy.deepcopy(first.model), first.task)  # the code; the weights come from the rows
+        self.pending = torch.zeros(len(first.pending), len(loops), 2, device=self.device)
+        for k, loop in enumerate(loops):
+            loop.pending = self.pending[:, k]
+
+    def _row(self, loop: RunLoop) -> torch.Tensor:
+        """A loop's trainable weights, end to end; ValueError if its model is not shaped as the first's."""
+        named = [(n, p) for n, p in loop.model.named_parameters() if p.requires_grad]
+        if [n for n, _ in named] != self.names or [p.shape for _, p in named] != self.shapes:
+            raise ValueError(f"{loop.out}: its trainable weights differ from the first run's; it cannot stack")
+        return torch.cat([p.detach().flatten() for _, p in named])
+
+    def _per_run(self, values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32, device=self.device)[:, None]  # [K, 1]
+
+    def _split(self, row: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One row of flat as the model's named weights (views)."""
+        return {f"model.{n}": v.view(s) for n, v, s in zip(self.names, row.split(self.sizes), self.shapes)}
+
+    def _load_moments(self, k: int, optimizer: torch.optim.Optimizer) -> None:
+        """Copy a loop's AdamW state (a resumed run's) into row k; a new run's state is empty: zeros, step 0."""
+        params = _trainable(optimizer, self.names, self.loops[k].model)
+        states = [optimizer.state.get(p, {}) for p in params]
+        if not any(states):
+            return
+        with torch.no_grad():
+            for name, into in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
+                into[k].copy_(torch.cat([s[name].flatten() for s in states]))
+            self.steps[k] = float(states[0]["step"])
+
+    def _loss(self, row: torch.Tensor, fixed: dict[str, torch.Tensor], *batch: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.loss_of, {**self._split(row), **fixed}, batch)
+
+    def step(self, batches: Sequence[tuple[torch.Tensor, ...]], lrs: Sequence[float]) -> None:
+        """One optimizer step of every run: run k on batches[k] (host tensors) at learning rate lrs[k]. Its loss
+        and gradient norm before clipping go to each loop's pending buffer; nothing is read back."""
+        inputs = tuple(torch.stack(parts).to(self.device, non_blocking=True) for parts in zip(*batches))
+        lr = self._per_run(list(lrs))
+        self.flat.grad = None
+        autocast = torch.autocast(self.device.type, torch.bfloat16, cache_enabled=False) if self.bf16 else nullcontext()
+        with autocast, _attention_kernels(self.device), self.loss_of.model.trusted_inputs():
+            losses = vmap(self._loss)(self.flat, self.fixed, *inputs)  # [K]
+        losses.sum().backward()  # the runs share no weight: each row's gradient is its own loss's
+        with torch.no_grad():
+            grad = self.flat.grad
+            norms = torch.linalg.vector_norm(grad, dim=1)  # [K], as clip_grad_norm_ takes it over a run's weights
+            grad.mul_((self.max_norm / (norms[:, None] + 1e-6)).clamp(max=1.0))
+            self._adamw(grad, lr)
+            n = self.loops[0].n_pending
+            self.pending[n].copy_(torch.stack([losses.detach().float(), norms], 1))
+        for loop in self.loops:
+            loop.n_pending += 1
+
+    def _adamw(self, grad: torch.Tensor, lr: torch.Tensor) -> None:
+        """torch.optim.AdamW's update (decoupled weight decay on the matrices; no amsgrad) on every row at once, with
+        each run's rate, decay and step count."""
+        self.steps += 1
+        self.flat.mul_(1 - lr * self.weight_decay * self.decay)
+        self.exp_avg.lerp_(grad, 1 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        correction1 = 1 - torch.pow(self.beta1, self.steps)[:, None]
+        correction2 = 1 - torch.pow(self.beta2, self.steps)[:, None]
+        denom = (self.exp_avg_sq.sqrt() / correction2.sqrt()).add_(self.eps)
+        self.flat.sub_(self.exp_avg / denom * (lr / correction1))
+
+    def write_back(self, with_optimizer: bool) -> None:
+        """Copy each run's row into its model (and its AdamW state into its optimizer): what an evaluation, a kept
+        model or a checkpoint reads. A host read of the step counts, with the optimizer."""
+        steps = self.steps.tolist() if with_optimizer else []
+        with torch.no_grad():
+            for k, loop in enumerate(self.loops):
+                params = _trainable(loop.optimizer, self.names, loop.model)
+                for p, value in zip(params, self._split(self.flat[k]).values()):
+                    p.copy_(value)
+                if with_optimizer:
+                    self._store_moments(k, loop, params, steps[k])
+
+    def _store_moments(self, k: int, loop: RunLoop, params: list[torch.nn.Parameter], step: float) -> None:
+        """Row k's AdamW state into its loop's optimizer, as torch.optim.AdamW keeps it, so that the checkpoint
+        resumes alone; the groups' rate is the one of the last step."""
+        fused = any(g.get("fused") or g.get("capturable") for g in loop.optimizer.param_groups)
+        moments = {name: self._split(into[k]) for name, into in (("exp_avg", self.exp_avg),
+                                                                   ("exp_avg_sq", self.exp_avg_sq))}
+        for p, name in zip(params, moments["exp_avg"]):
+            loop.optimizer.state[p] = {
+                "step": torch.tensor(step, dtype=torch.float32, device=p.device if fused else "cpu"),
+                "exp_avg": moments["exp_avg"][name].clone(), "exp_avg_sq": moments["exp_avg_sq"][name].clone()}
+        for group in loop.optimizer.param_groups:
+            group["lr"] = loop.cfg.lr_at(loop.step)
+
+
+def _fixed(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A model's frozen weights and its buffers by name: what a stack carries per run but does not train."""
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    return {**frozen, **dict(model.named_buffers())}
+
+
+def _trainable(optimizer: torch.optim.Optimizer, names: list[str], model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The model's trainable weights in the stack's order (`names`), each one the optimizer holds."""
+    by_name = dict(model.named_parameters())
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    params = [by_name[n] for n in names]
+    assert all(id(p) in held for p in params), "the optimizer holds every trainable weight"
+    return params
+
+
+def _attention_kernels(device: torch.device):
+    """The attention kernels a stack's mapped step may use: on the CPU the math one (the fused CPU kernel has no
+    vmap rule, so vmap would run it once per run); on CUDA any (flash and memory-efficient attention have one)."""
+    if device.type != "cpu":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
+def train_stack(cfgs: Sequence[TrainConfig], out_dirs: Sequence[str | Path], resume: bool = False,
+                progress: bool = True, argv: list[str] | None = None,
+                tracker: str | None = None) -> list[dict[str, Any]]:
+    """Train the runs `cfgs` into `out_dirs` as one stack (check_stackable: settings that differ only in
+    STACKED_FIELDS) in this process; returns each run's summary, with "run_dir", in order.
+
+    Each run is what `train(cfg, out_dir, resume, ...)` would make of it, up to float rounding: the same directory,
+    checked the same way before anything trains (FileExistsError, SettingsChanged, RunLocked), and a finished run
+    returned as is. A run that diverges leaves the stack: its summary says "diverged" (it is returned, not raised)
+    and the others go on. Resumed runs that stand at different steps train as one stack per step, one after the other.
+    """
+    cfgs, outs = list(cfgs), [Path(o) for o in out_dirs]
+    if len(cfgs) != len(outs):
+        raise ValueError(f"{len(cfgs)} settings for {len(outs)} run directories")
+    check_stackable(cfgs)
+    ranks = Ranks.from_env()
+    if ranks.size > 1 or ranks.launched:
+        raise ValueError("a stack trains in one process; under torchrun train each run with mixit train")
+    device = resolve_device(cfgs[0].device)
+    if device.type == "cpu":
+        keep_freed_memory()  # as train(): the step reallocates the same buffers
+    summaries: dict[int, dict[str, Any]] = {}
+    for i, (cfg, out) in enumerate(zip(cfgs, outs)):  # every run is checked before any trains
+        if not resume and not is_empty_run_dir(out):
+            raise FileExistsError(what_it_holds(out))
+        if resume:
+            check_same_settings(out, cfg)
+            if is_finished(out):
+                summaries[i] = {**read_summary(out), "run_dir": str(out)}
+    with ExitStack() as locks:
+        loops: dict[int, RunLoop] = {}
+        for i, (cfg, out) in enumerate(zip(cfgs, outs)):
+            if i in summaries:
+                continue
+            locks.enter_context(run_lock(out))  # one writer per run directory, as train()
+            if not resume:
+                for name in (RUN_FILE, METRICS_FILE):
+                    (out / name).unlink(missing_ok=True)
+            loops[i] = open_loop(cfg, out, resume, argv, device, ranks)
+        for at in sorted({loop.step for loop in loops.values()}):  # a resumed stack stands at one step, or a few
+            group = {i: loop for i, loop in loops.items() if loop.step == at}
+            summaries.update(zip(group, _drive(list(group.values()), progress, tracker)))
+    return [{**summaries[i], "run_dir": str(out)} for i, out in enumerate(outs)]
+
+
+def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[dict[str, Any]]:
+    """Step `loops` (at one step, settings that stack) together to their end; returns their summaries in order."""
+    cfg = loops[0].cfg
+    for loop in loops:
+        loop.stacked = len(loops)
+        loop.begin(False, tracker)  # one bar for the stack, below; the runs' logs are in their directories
+    bar = tqdm(total=cfg.steps, initial=loops[0].step, disable=not progress, leave=False, dynamic_ncols=True,
+               desc=f"stack of {len(loops)}: {cfg.variant}/{cfg.task}")
+    summaries: dict[int, dict[str, Any]] = {}
+    live = list(range(len(loops)))
+    stack = StackedStep(loops)
+    while live and loops[live[0]].step < cfg.steps:
+        t0 = time.perf_counter()
+        stack.step([loops[i].stream.next() for i in live], [loops[i].cfg.lr_at(loops[i].step) for i in live])
+        first = loops[live[0]]
+        _, is_eval, is_checkpoint = first.due(first.step + 1)
+        if is_eval or is_checkpoint or first.step + 1 in first.kept:
+            stack.write_back(with_optimizer=is_checkpoint)
+        for i in list(live):
+            try:
+                loops[i].after_step(t0)
+            except TrainingDiverged as e:
+                summaries[i] = _diverged(loops[i], e)
+                live.remove(i)
+        if len(live) < len(stack.loops) and live:  # a run left: the others go on in a stack of their own
+            stack.write_back(with_optimizer=True)
+            stack = StackedStep([loops[i] for i in live])
+        bar.update(1)
+    bar.close()
+    for i in live:
+        summaries[i] = loops[i].finish()
+    return [summaries[i] for i in range(len(loops))]
+
+
+def _diverged(loop: RunLoop, error: TrainingDiverged) -> dict[str, Any]:
+    """A run of the stack that diverged: its summary.json written (RunLoop.diverged), and its contents."""
+    try:
+        loop.diverged(error)
+    except TrainingDiverged:
+        pass
+    return read_summary(loop.out)
