@@ -28,7 +28,7 @@ from mixit_lab.training.tasks import TASKS  # noqa: E402
 from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.placement import gpu_slots, gpus_here, slot_environments  # noqa: E402
 from mixit_lab.training.pool import pool_map  # noqa: E402
-from mixit_lab.training.sweep import TrainJob, train_one  # noqa: E402
+from mixit_lab.training.jobs import TrainJob, train_one  # noqa: E402
 from mixit_lab.training.trainer import train  # noqa: E402
 
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]

@@ -29,7 +29,7 @@ import contextlib
 import signal
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a run, analysis or figure failed, `figures --only` drew nothing (one line); a bug (a traceback)
@@ -143,21 +143,22 @@ def path_arg(value: str) -> Path:
     return Path(value)
 
 
-def runs_per_gpu_arg(value: str) -> int:
-    """An argparse type for --runs-per-gpu: a whole number >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not allowed: give a whole number >= 1 (runs that train on one "
-                                         "GPU at once)")
-    return number
+def whole_number_arg(meaning: str) -> Callable[[str], int]:
+    """An argparse type for a whole number >= 1; `meaning` says what the number is in the error."""
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{value!r} is not allowed: give a whole number >= 1 ({meaning})")
+        return number
+    return parse
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
     """Where training runs execute (mixit_lab.training.sweep.Executor): --executor, --address, --cpus-per-run,
-    --gpus-per-run, --runs-per-gpu."""
+    --gpus-per-run, --runs-per-gpu, --stack."""
     from mixit_lab.training.placement import RUNS_PER_GPU
 
     group = parser.add_argument_group("executor")
@@ -170,11 +171,16 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpus-per-run", type=float, default=1.0, help="with --executor ray: CPUs each run declares")
     group.add_argument("--gpus-per-run", type=float, default=None,
                        help="with --executor ray: GPUs each run declares (default: 0; or give --runs-per-gpu)")
-    group.add_argument("--runs-per-gpu", type=runs_per_gpu_arg, default=None, metavar="N",
+    group.add_argument("--runs-per-gpu", type=whole_number_arg("runs that train on one GPU at once"), default=None, metavar="N",
                        help=f"runs that train on one GPU at once. pool, runs on CUDA: GPUs x N workers (--workers, "
                             f"if given, caps it), each pinned to one GPU (default: {RUNS_PER_GPU}: on an H200 4 "
                             "processes gave 2.0x one run's steps/s, 8 only 2.1x; they time-slice the GPU). ray: each "
                             "run declares 1/N GPU, instead of --gpus-per-run. Refused for runs on the CPU")
+    group.add_argument("--stack", type=whole_number_arg("runs trained as one in a process; 1: each alone"), default=1, metavar="N",
+                       help="train up to N runs as one in each process (or Ray task) where their settings differ only "
+                            "in seed, lr, weight decay, clipping or schedule: their weights stacked, one step for all "
+                            "(mixit_lab.training.stack); the others train alone. Each run keeps its own directory and "
+                            "resumes alone. Default: 1 (each run alone)")
 
 
 def executor_from_args(args: argparse.Namespace, workers: int):
@@ -191,7 +197,7 @@ def executor_from_args(args: argparse.Namespace, workers: int):
                        "a run)")
     with input_errors(args.command):
         executor = Executor(args.executor, workers, args.address, args.cpus_per_run, gpus_per_run or 0.0,
-                            args.runs_per_gpu, workers_given=args.workers is not None)
+                            args.runs_per_gpu, workers_given=args.workers is not None, stack=args.stack)
         if executor.kind == "ray":
             check_ray()
             check_ray_address(executor.address)

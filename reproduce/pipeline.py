@@ -544,7 +544,7 @@ def _start_manifest(preset: Preset, plan: Plan, started: float, workers: int, ex
         "text": {k: {"note": c.note, "skipped": c.skipped, **c.params} for k, c in plan.text.items()},
         "runs": [n for n, _ in plan.runs], "tuning": None if plan.tuning is None else plan.tuning.source, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "status": "running", "timings_s": {}, "workers": workers,
-        "executor": executor.kind,
+        "executor": executor.kind, "runs_per_gpu": executor.runs_per_gpu, "stack": executor.stack,
         # where the other outputs went, as given (relative to the working directory) and resolved
         "figures_dir": str(figures_dir), "report_dir": str(report_dir),
         "figures_dir_resolved": str(figures_dir.resolve()), "report_dir_resolved": str(report_dir.resolve()),

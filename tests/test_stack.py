@@ -169,3 +169,41 @@ def test_frozen_heads_and_a_used_directory_are_refused(tmp_path, one_thread):
     with pytest.raises(FileExistsError):
         train_stack(configs(), [tmp_path / "a", tmp_path / "used", tmp_path / "b"], progress=False)
     assert not (tmp_path / "a").exists()  # nothing trained: every run is checked first
+
+
+def test_a_sweep_stacks_the_runs_that_can_and_trains_the_others_alone(tmp_path, capsys):
+    from mixit_lab.cli.main import main
+
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--d-model", "16",
+                 "--n-layers", "1", "--n-heads", "2", "--seeds", "0", "1", "2", "--lr", "0.001", "0.003",
+                 "--steps", "8", "--batch-size", "16", "--eval-every", "8", "--eval-samples", "32", "--workers", "1",
+                 "--stack", "4", "--device", "cpu", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    summaries = [read_summary(p.parent) for p in sorted(out.glob("*/summary.json"))]
+    assert len(summaries) == 12 and {s["status"] for s in summaries} == {"finished"}
+    stacked = sorted(s["stacked"] for s in summaries)  # each variant: 6 runs, a stack of 4 and one of 2
+    assert stacked == [2] * 4 + [4] * 8
+
+
+def test_plan_jobs_groups_what_stacks_in_order_and_leaves_the_rest_alone(tmp_path):
+    from mixit_lab.training.jobs import StackJob, TrainJob, plan_jobs
+
+    runs = [(f"s{i}", cfg) for i, cfg in enumerate(configs())]
+    runs.insert(1, ("wide", TrainConfig(**{**BASE, "d_model": 32})))
+    runs.append(("micro", TrainConfig(**{**BASE, "micro_batch_size": 8})))
+    jobs = plan_jobs(runs, tmp_path, "sweep", stack=2)
+    assert [[j.name for j in job.runs] if isinstance(job, StackJob) else job.name for job in jobs] == [
+        ["s0", "s1"], "s2", "wide", "micro"]
+    assert all(isinstance(j, TrainJob) for j in plan_jobs(runs, tmp_path, "sweep", stack=1))
+
+
+def test_a_stack_that_cannot_start_trains_its_runs_alone(tmp_path):
+    from mixit_lab.training.jobs import StackJob, TrainJob, train_stacked
+
+    cfgs = configs(model_extra={"freeze": "v@0.h1"})  # refused by the stack (heads frozen within a matrix)
+    job = StackJob(tuple(TrainJob(f"r{i}", cfg.to_dict(), str(tmp_path / f"r{i}"), "sweep") for i, cfg in enumerate(cfgs)))
+    with pytest.warns(UserWarning, match="its runs go on alone"):
+        rows = train_stacked(job)
+    assert [r["run"] for r in rows] == ["r0", "r1", "r2"]
+    assert [r["status"] for r in rows] == ["finished"] * 3 and [r["stacked"] for r in rows] == [1] * 3

@@ -25,7 +25,6 @@ import os
 import re
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -43,10 +42,10 @@ from .config import TrainConfig
 from .placement import RUNS_PER_GPU, check_runs_per_gpu, gpu_slots, gpus_here, slot_environments
 from .pool import _set_threads, pool_map
 from .resolve import resolve
-from .rundir import RUNS_SUMMARY, SWEEP_FILE, RunLocked, is_finished, read_summary, run_lock, write_runs_table
+from .rundir import RUNS_SUMMARY, SWEEP_FILE, is_finished, read_summary, run_lock, write_runs_table
 from .settings import check_same_settings
-from .tasks import BUILTIN_TASKS, TASKS, is_import_path, load_task_class, register_task, task_import_path
-from .trainer import train
+from .tasks import TASKS, is_import_path, load_task_class, register_task
+from .jobs import lost_job, plan_jobs, run_job
 
 Run = tuple[str, TrainConfig]
 
@@ -256,52 +255,6 @@ def build_grid(grid_file: Path | None, overrides: dict[str, Any] | None = None,
 
 
 # --------------------------------------------------------------------------- the executor
-@dataclass(frozen=True)
-class TrainJob:
-    """One training run for a worker process: plain values, so it pickles across `spawn`."""
-
-    name: str  # the run's name, relative to the runs folder (e.g. "algorithmic/addition_...")
-    config: dict[str, Any]  # TrainConfig.to_dict()
-    run_dir: str
-    command: str  # recorded in run.json as the command that trained it ("sweep", "reproduce")
-    tracker: str | None = None  # mixit_lab.training.trackers: also send the metrics to TensorBoard or W&B
-    task_import: str | None = None  # a task registered in the parent process (not built in): where the worker
-    # imports it from (its import path), so that the run is named and recorded as in the parent
-
-
-def worker_task_import(task: str) -> str | None:
-    """The import path a fresh worker process needs to know `task`: None for a built-in task, an import path (the
-    worker imports it itself) or a name this process does not know (the run's own error says so)."""
-    if task in BUILTIN_TASKS or task not in TASKS:
-        return None
-    return task_import_path(TASKS[task])
-
-
-def train_one(job: TrainJob) -> dict[str, Any]:
-    """Worker: train one run (resuming it if it was interrupted) and return its summary row.
-
-    A run that fails becomes a row with status "error" and the message, so one failure never
-    stops the others.
-    """
-    start = time.perf_counter()
-    try:
-        if job.task_import is not None:  # a task of one's own, registered in the parent: register it here too
-            register_task(load_task_class(job.task_import))
-        cfg = TrainConfig.from_dict(job.config)
-        summary = train(cfg, job.run_dir, resume=True, progress=False,
-                        argv=["mixit", job.command, f"(run {job.name})"], tracker=job.tracker)
-    except RunLocked as e:  # another sweep (or mixit train) is training it: leave it to that one
-        summary = {"status": "running elsewhere", "message": str(e), **_what(job)}
-    except Exception as e:  # one failed run must not stop the sweep
-        summary = {"status": "error", "message": f"{type(e).__name__}: {e}", **_what(job)}
-    summary.setdefault("elapsed_s", time.perf_counter() - start)
-    return {"run": job.name, **summary}
-
-
-def _what(job: TrainJob) -> dict[str, Any]:
-    return {"variant": job.config.get("variant"), "task": job.config.get("task")}
-
-
 EXECUTORS = ("pool", "ray")
 
 
@@ -315,7 +268,8 @@ class Executor:
     (`workers_given`; False: `workers` is only the CPU runs' default). "ray": one Ray task per run, each declaring
     `cpus_per_run` CPUs and `gpus_per_run` GPUs (`runs_per_gpu` N instead: 1/N GPU, `run_gpus`); on the Ray cluster
     at `address` ("auto", "ray://HOST:10001"), or, without one, on a Ray started here with `workers` x
-    `cpus_per_run` CPUs. Either way the runs write the same run directories, so on a cluster the runs folder must be
+    `cpus_per_run` CPUs. With `stack` N > 1 a worker or task trains up to N runs as one wherever their settings stack
+    (mixit_lab.training.jobs.plan_jobs); such a job takes one place (one worker slot, one Ray task's share). Either way the runs write the same run directories, so on a cluster the runs folder must be
     on a filesystem every node sees.
     """
 
@@ -326,12 +280,15 @@ class Executor:
     gpus_per_run: float = 0.0
     runs_per_gpu: int | None = None
     workers_given: bool = True
+    stack: int = 1  # runs trained as one in each process where their settings allow (mixit_lab.training.stack)
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
             raise ValueError(f"executor={self.kind!r} is not one of: {', '.join(EXECUTORS)}")
         if self.workers < 1:
             raise ValueError(f"workers={self.workers} must be >= 1")
+        if isinstance(self.stack, bool) or not isinstance(self.stack, int) or self.stack < 1:
+            raise ValueError(f"stack={self.stack!r} must be a whole number >= 1 (1: each run alone)")
         if self.address is not None and self.kind != "ray":
             raise ValueError(f"address={self.address!r} needs executor='ray'")
         if not self.cpus_per_run > 0 or self.gpus_per_run < 0:
@@ -360,6 +317,10 @@ class Executor:
 
     def where(self, on_cuda: bool) -> str:
         """Where the runs train, for a log line."""
+        stacked = f", up to {self.stack} runs stacked in each" if self.stack > 1 else ""
+        return self._where(on_cuda) + stacked
+
+    def _where(self, on_cuda: bool) -> str:
         if self.kind == "ray":
             gpus = f", {self.run_gpus:g} GPU(s)" if self.run_gpus else ""
             return f"as Ray tasks ({self.address or 'local Ray'}, {self.cpus_per_run:g} CPU(s){gpus} each)"
@@ -497,21 +458,16 @@ def _stop(ray: Any, pending: dict[Any, Any], started: bool) -> None:
         ray.cancel(ref, force=True)
 
 
-def _lost_run(job: TrainJob, error: Exception) -> dict[str, Any]:
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return {"run": job.name, "status": "error", "message": f"{type(error).__name__}: {first}"}
-
-
 def train_runs(runs: Sequence[Run], out: Path, executor: Executor | int, command: str,
                tracker: str | None = None) -> Iterator[dict[str, Any]]:
     """Train `runs` (in the order given) into out/<name> on `executor` (an int: that many local
     processes; runs on CUDA are placed on the GPUs, Executor.gpu_slots); yield each summary row."""
     if isinstance(executor, int):
         executor = Executor(workers=executor)
-    jobs = [TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker, worker_task_import(cfg.task))
-            for name, cfg in runs]
+    jobs = plan_jobs(runs, out, command, tracker, executor.stack)
     on_cuda = executor.kind == "pool" and gpu_placed(cfg for _, cfg in runs)
-    yield from executor.map(train_one, jobs, _lost_run, on_cuda)
+    for rows in executor.map(run_job, jobs, lost_job, on_cuda):
+        yield from rows
 
 
 def run_sweep(runs: list[Run], out: str | Path, workers: int | Executor = 1, progress: bool = True,
