@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mixit_lab.models import load_model
-from mixit_lab.training import TrainConfig, train
+from mixit_lab.training import TrainConfig, train, train_stack
 from mixit_lab.training.rundir import read_metric_records, read_summary
-from mixit_lab.training.stack import StackedStep, check_stackable, stack_key, train_stack
+from mixit_lab.training.stack import StackedStep, check_stackable, stack_key
 
 from test_host_syncs import counted_reads
 
@@ -139,6 +139,24 @@ def test_a_stack_step_reads_no_tensor(tmp_path, one_thread):
     assert not reads, dict(reads)
     assert [loop.n_pending for loop in loops] == [3, 3, 3]
     assert torch.isfinite(loops[2].pending[:3]).all()
+
+
+@pytest.mark.parametrize("variant", ["standard", "mixit", "frozen_qk"])
+def test_every_operation_of_a_stack_step_is_batched_not_run_once_per_run(tmp_path, one_thread, variant):
+    """vmap runs an operation without a batching rule once per run (a "performance drop" warning): on a GPU that
+    would launch K times the kernels, the very cost a stack is there to save."""
+    import warnings
+
+    from mixit_lab.training.parallel import Ranks
+    from mixit_lab.training.trainer import open_loop
+
+    cfgs = configs(variant=variant, d_model=32, task_params={})[:2]  # long enough for the fused CPU kernel
+    loops = [open_loop(cfg, tmp_path / f"r{i}", False, None, torch.device("cpu"), Ranks()) for i, cfg in enumerate(cfgs)]
+    stack = StackedStep(loops)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stack.step([loop.stream.next() for loop in loops], [1e-3, 1e-3])
+    assert not [str(w.message) for w in caught if "batching rule" in str(w.message)]
 
 
 @pytest.mark.parametrize("over, says", [

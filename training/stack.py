@@ -132,7 +132,7 @@ class StackedStep:
         self.steps = torch.zeros(len(loops), device=self.device)
         for k, loop in enumerate(loops):
             self._load_moments(k, loop.optimizer)
-        self.loss_of = _LossOf(copy.deepcopy(first.model), first.task)  # the code; the weights come from the rows
+        self.loss_of = _LossOf(copy.deepcopy(first.model), first.task).train()  # the code; the weights: the rows
         self.pending = torch.zeros(len(first.pending), len(loops), 2, device=self.device)
         for k, loop in enumerate(loops):
             loop.pending = self.pending[:, k]
