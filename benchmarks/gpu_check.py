@@ -7,8 +7,9 @@ checkpoint analysed and opened in the explorer on a CPU.
                                                           # gpu-check/cuda_runs.tar.gz (runs + device logits)
     python benchmarks/gpu_check.py open gpu-check/cuda_runs.tar.gz   # on any CPU: analyse, compare, open
     python benchmarks/gpu_check.py all --dry --out gpu-check          # both, on this CPU at tiny sizes
-    python benchmarks/gpu_check.py device --only engine   # only the engine's measurements: graph.json, lm.json
-                                                          # and curve.json (--only graph, lm or curve: one of them)
+    python benchmarks/gpu_check.py device --only engine   # only the engine's measurements: graph.json, lm.json,
+                                                          # curve.json and stack.json (--only graph, lm, curve or
+                                                          # stack: one of them)
     python benchmarks/gpu_check.py device --only quick    # mixit reproduce --preset quick, timed: quick.json
 
 `device` needs torch and the project's runtime dependencies but not Streamlit (the explorer is opened by
@@ -36,6 +37,13 @@ short runs of the preset's retrieval shape trained at once through the sweep's p
 to the first GPU by its CUDA_VISIBLE_DEVICES, as `--runs-per-gpu` pins them). Aggregate optimizer steps a second:
 in the window every run was training in (from the latest first log to the earliest last one, on the machine's
 monotonic clock that the processes share), each run's steps between its logs inside it over their time, summed.
+
+Several runs stacked in one process (stack.json): for K in 1, 2, 4, 8, 16 (dry: 1 and 2), K runs of the curve's shape
+(seeds 0..K-1) opened by the trainer (`open_loop`) and stepped as one `StackedStep` (mixit_lab.training.stack), a step
+being what `train_stack`'s loop takes (each run's batch made on the host, the stacked step): 5 warm-up steps, then 50
+timed with the device synchronized only at their ends (dry: 2 and 4). Per K: ms a stacked step, the aggregate steps a
+second (K runs' steps over the time), its ratio to K=1's (speedup), peak memory; a K that runs out of GPU memory
+says so and the next K runs. Read beside curve.json: the same runs, one process against one process each.
 """
 
 from __future__ import annotations
@@ -56,7 +64,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from gpu_check_steps import corpora, graph_check, lm_mfu, preset_hours, time_curve, time_shapes, write  # noqa: E402
+from gpu_check_steps import (corpora, graph_check, lm_mfu, preset_hours, time_curve, time_shapes,  # noqa: E402
+                             time_stack, write)
 
 DATA = ROOT.parent / "shared" / "data"  # the corpora beside the checkout (see its README); --data elsewhere
 SMALL_RUN = ["--task", "retrieval", "--pairs", "4", "--num-values", "16", "--d-model", "64", "--n-layers", "2",
@@ -207,7 +216,7 @@ def quick_preset(out: Path, work: Path, dry: bool, data: Path) -> dict[str, Any]
 
 # ---------------------------------------------------------------- the command
 
-ENGINE = ("graph", "lm", "curve")  # --only engine: the training engine's measurements, one short call
+ENGINE = ("graph", "lm", "curve", "stack")  # --only engine: the training engine's measurements, one short call
 ONLY = (*ENGINE, "engine", "quick")  # --only quick: the quick preset end to end (longer: a call of its own)
 
 
@@ -217,13 +226,14 @@ def engine_steps(out: Path, work: Path, dry: bool, preset: str, data: Path, whic
     rows = graph_check(out, work, preset, dry, "cpu" if dry else "cuda", steps, data) if "graph" in which else []
     lm = lm_mfu(out, work, dry, "cpu" if dry else "cuda", data, steps) if "lm" in which else {"error": None}
     rows += time_curve(out, work, preset, dry, "cpu" if dry else "cuda", data) if "curve" in which else []
-    return all(r["error"] is None for r in rows) and lm["error"] is None
+    stack = time_stack(out, work, preset, dry, "cpu" if dry else "cuda", data) if "stack" in which else {"error": None}
+    return all(r["error"] is None for r in rows) and lm["error"] is None and stack["error"] is None
 
 
 def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None,
                  only: str | None = None) -> bool:
     """Everything that needs the device (with `studies`: only those studies' step times; `only`: one of ENGINE's
-    measurements, or "engine" for the three); True when all passed."""
+    measurements, or "engine" for all of them); True when all passed."""
     device = "cpu" if dry else "cuda"
     if not dry and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device here; run the dry form (--dry) or `make gpu-check` on a GPU")
@@ -268,8 +278,9 @@ def main() -> int:
                         help="device: only time these studies' shapes (no runs, torchrun or tests)")
     parser.add_argument("--only", choices=ONLY,
                         help="device: only eager against a CUDA graph (graph.json), the LM step's MFU (lm.json), several "
-                             "runs on one GPU (curve.json), those three (engine), or the quick preset end to end "
-                             "(quick.json): no runs, torchrun, tests or shapes")
+                             "runs on one GPU (curve.json), several runs stacked in one process (stack.json), those "
+                             "four (engine), or the quick preset end to end (quick.json): no runs, torchrun, tests or "
+                             "shapes")
     parser.add_argument("--work", type=Path, help="folder for the runs it trains (default: OUT/work)")
     parser.add_argument("--data", type=Path, default=DATA, help="the corpora folder (default: ../shared/data)")
     args = parser.parse_args()

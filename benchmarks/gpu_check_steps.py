@@ -1,6 +1,7 @@
 """The measurements of `make gpu-check` (benchmarks/gpu_check.py) that train through the trainer: the step time of
 every study shape of a preset and the preset's hours from them, eager against the step as a CUDA graph, the paper
-LM step's share of the card's rate, and several runs at once on one GPU. Each writes its JSON as soon as it ends.
+LM step's share of the card's rate, several runs at once on one GPU (a process each), and several runs stacked in
+one process. Each writes its JSON as soon as it ends.
 How each is timed is said in gpu_check.py's docstring.
 """
 
@@ -370,11 +371,17 @@ def curve_point(n: int, cfg: TrainConfig, work: Path, gpu: str) -> dict[str, Any
             "wall_s": round(wall, 1), "slot_gpu": gpu, "worker_gpus": sorted({str(r["gpu"]) for r in rows}), "error": None}
 
 
-def time_curve(out: Path, work: Path, preset_name: str, dry: bool, device: str, data: Path) -> list[dict[str, Any]]:
-    """The curve over N runs at once (dry: 1 and 2 tiny runs on the CPU); curve.json rewritten after each point."""
+def retrieval_shape(preset_name: str) -> TrainConfig:
+    """The preset's retrieval study with a standard model: the small shape the curve and the stack time."""
     shape = next((cfg for key, (cfg, _) in shapes(preset_name).items() if key[:2] == ("retrieval", "standard")), None)
     if shape is None:
         raise SystemExit(f"gpu_check: preset {preset_name!r} has no retrieval study with a standard model to time")
+    return shape
+
+
+def time_curve(out: Path, work: Path, preset_name: str, dry: bool, device: str, data: Path) -> list[dict[str, Any]]:
+    """The curve over N runs at once (dry: 1 and 2 tiny runs on the CPU); curve.json rewritten after each point."""
+    shape = retrieval_shape(preset_name)
     steps = 40 if dry else 600
     short = short_config(shape, dry, steps, device, corpora(data, work))
     cfg = TrainConfig.from_dict({**short.to_dict(), "log_every": steps // 20, "eval_every": steps,
@@ -389,3 +396,106 @@ def time_curve(out: Path, work: Path, preset_name: str, dry: bool, device: str, 
               f"wall)" if r["error"] is None else f"error {r['error']}"), flush=True)
         write(out, "curve", rows)
     return rows
+
+
+# ---------------------------------------------------------------- several runs stacked in one process
+
+STACK_SIZES = (1, 2, 4, 8, 16)  # runs in one stack: the curve's counts of processes, for reading the two side by side
+
+
+def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int) -> dict[str, Any]:
+    """k runs of `cfg` (seeds 0..k-1) opened as the trainer opens them and stepped as one StackedStep: `warmup` steps,
+    a read of their losses, then `steps` timed steps with the device synchronized only at their ends. A step is what
+    train_stack's loop takes: each run's batch made on the host, its rate from its schedule, the stacked step."""
+    from mixit_lab.training.parallel import Ranks
+    from mixit_lab.training.stack import StackedStep, check_stackable
+    from mixit_lab.training.trainer import open_loop
+
+    cfgs = [TrainConfig.from_dict({**cfg.to_dict(), "seed": i}) for i in range(k)]
+    check_stackable(cfgs)
+    device = torch.device(cfg.device)
+    loops = [open_loop(c, run_dir / f"r{i}", False, None, device, Ranks()) for i, c in enumerate(cfgs)]
+    for loop in loops:
+        loop.begin(False, None)  # as train_stack: the model in training mode, the clock started; no tracker
+    stack, host = StackedStep(loops), [0.0]
+
+    def one_step() -> None:
+        t0 = time.perf_counter()
+        batches = [loop.stream.next() for loop in loops]
+        host[0] += time.perf_counter() - t0
+        stack.step(batches, [loop.cfg.lr_at(loop.step) for loop in loops])
+
+    for _ in range(warmup):
+        one_step()
+    for loop in loops:
+        loop._settle()  # the trainer's read (a host sync): the pending buffer empty, the warm-up's losses finite
+    host[0] = 0.0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    for loop in loops:
+        loop._settle()  # TrainingDiverged if a timed step's loss or gradient norm was not finite
+    return {"ms_per_step": round(seconds / steps * 1e3, 3), "host_batch_ms": round(host[0] / steps * 1e3, 3),
+            "aggregate_steps_per_s": significant(k * steps / seconds)}
+
+
+def stack_point(k: int, cfg: TrainConfig, work: Path, warmup: int, steps: int) -> dict[str, Any]:
+    """One stack size: stack_steps' times and (CUDA) peak memory, or the error it ended with; running out of GPU
+    memory is recorded (out_of_memory) and the memory freed, so that the next size still runs."""
+    run_dir = work / "stack" / f"k{k}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # new runs: open_loop refuses none, and the sizes share no file
+    cuda = cfg.device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    row: dict[str, Any] = {"k": k, "out_of_memory": False, "error": None}
+    try:
+        row.update(stack_steps(k, cfg, run_dir, warmup, steps))
+    except torch.cuda.OutOfMemoryError as e:  # a measurement, not a failure: the card holds fewer runs
+        row.update(out_of_memory=True, error=f"OutOfMemoryError: {e}"[:300])
+    except Exception as e:  # noqa: BLE001 - one size's failure is its row; the other sizes run
+        row["error"] = f"{type(e).__name__}: {e}"[:300]
+    gc.collect()  # the stack and its loops, held by a caught error's frames until now
+    if cuda:
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        torch.cuda.empty_cache()
+    return row
+
+
+def stack_line(row: dict[str, Any]) -> str:
+    """One stack size's result in words, for the check's output."""
+    if row["error"] is not None:
+        return "out of memory" if row["out_of_memory"] else f"error {row['error']}"
+    peak = f", peak {row['peak_gib']} GiB" if "peak_gib" in row else ""
+    return (f"{row['ms_per_step']} ms a step, {row['aggregate_steps_per_s']} steps/s together ({row['speedup']}x one "
+            f"run's), batches {row['host_batch_ms']} ms{peak}")
+
+
+def time_stack(out: Path, work: Path, preset_name: str, dry: bool, device: str, data: Path) -> dict[str, Any]:
+    """Aggregate optimizer steps a second of K runs stacked in one process (STACK_SIZES; dry: 1 and 2 tiny runs on
+    the CPU) at the curve's shape, and each K's rate over K=1's (speedup); stack.json rewritten after each K. Its
+    error is the first that was not running out of memory."""
+    warmup, steps = (2, 4) if dry else (5, 50)
+    if device == "cpu":
+        from mixit_lab.training.machine import keep_freed_memory
+
+        keep_freed_memory()  # as train_stack does on a CPU
+    short = short_config(retrieval_shape(preset_name), dry, warmup + steps, device, corpora(data, work))
+    cfg = TrainConfig.from_dict({**short.to_dict(), "log_every": max(warmup, steps), "eval_every": warmup + steps,
+                                 **({"precision": "fp32"} if dry else {})})  # the pending buffer holds a timed block
+    result: dict[str, Any] = {"study": "retrieval", "variant": "standard", "d_model": cfg.d_model,
+                              "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "batch_size": cfg.batch_size,
+                              "precision": cfg.precision, "warmup_steps": warmup, "timed_steps": steps, "points": []}
+    for k in (1, 2) if dry else STACK_SIZES:
+        row = stack_point(k, cfg, work, warmup, steps)
+        one = result["points"][0] if result["points"] else row
+        rate, base = row.get("aggregate_steps_per_s"), one.get("aggregate_steps_per_s")
+        row["speedup"] = round(rate / base, 2) if rate and base else None
+        result["points"].append(row)
+        result["error"] = next((r["error"] for r in result["points"] if r["error"] and not r["out_of_memory"]), None)
+        print(f"  stack of {k:>2}: {stack_line(row)}", flush=True)
+        write(out, "stack", result)
+    return result

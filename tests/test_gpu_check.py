@@ -1,8 +1,9 @@
 """`make gpu-check`'s script in its dry form: the same steps as on a GPU (device tests, a short run of every study
 shape of a preset with its step time, eager against a CUDA graph, the paper LM step's MFU, a one-process torchrun,
 runs packed and then analysed, compared and opened in the explorer on the CPU, several runs at once through the pool
-pinned to one GPU), on this CPU at tiny sizes with the smoke preset's shapes; and how that last step adds up the runs'
-rates, and when the LM step tries smaller passes."""
+pinned to one GPU, several runs stacked in one process), on this CPU at tiny sizes with the smoke preset's shapes; and
+how the pool's curve adds up the runs' rates, when the LM step tries smaller passes, and that a stack size that runs
+out of memory is recorded and the next one runs."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     assert [r["n"] for r in curve] == [1, 2] and all(r["error"] is None for r in curve)
     assert all(r["worker_gpus"] == [r["slot_gpu"]] and r["steps_per_s_over_wall"] > 0 for r in curve)
     assert all(r["aggregate_steps_per_s"] is None or len(r["per_run_steps_per_s"]) == r["n"] for r in curve)
+    stack = json.loads((out / "stack.json").read_text())  # the same shape's runs stacked in one process
+    assert stack["error"] is None and [p["k"] for p in stack["points"]] == [1, 2]
+    assert all(p["aggregate_steps_per_s"] > 0 and p["speedup"] > 0 for p in stack["points"])
 
 
 def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monkeypatch):
@@ -104,3 +108,53 @@ def test_the_quick_preset_step_plans_the_reproduction_in_its_dry_form(tmp_path):
     quick = json.loads((out / "quick.json").read_text())
     assert quick["rc"] == 0 and "--dry-run" in quick["argv"] and "smoke" in quick["argv"]
     assert "precision=" in quick["tail"]  # the plan's lines: one per run
+
+
+def test_the_stack_step_times_stacks_of_one_and_two_runs_in_its_dry_form(tmp_path):
+    """`device --only stack` on the CPU: one and two tiny runs stacked in one process through the trainer's loops,
+    each stack's time a step, aggregate rate and ratio to one run's (on a GPU: 1 to 16 runs of the paper's retrieval
+    shape)."""
+    out = tmp_path / "gc"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "device", "--dry", "--only", "stack",
+                           "--data", str(tmp_path / "no-corpora"), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    stack = json.loads((out / "stack.json").read_text())
+    assert stack["error"] is None and (stack["d_model"], stack["batch_size"], stack["precision"]) == (16, 8, "fp32")
+    assert stack["warmup_steps"] > 0 and stack["timed_steps"] > 0
+    points = stack["points"]
+    assert [p["k"] for p in points] == [1, 2]
+    for p in points:
+        assert p["error"] is None and p["out_of_memory"] is False and "peak_gib" not in p  # peak memory on CUDA only
+        assert p["ms_per_step"] > 0 and 0 < p["host_batch_ms"] < p["ms_per_step"]
+        # the aggregate rate counts every run's steps: K steps each stacked step
+        assert p["aggregate_steps_per_s"] == pytest.approx(p["k"] * 1e3 / p["ms_per_step"], rel=1e-2)
+    one, two = (p["aggregate_steps_per_s"] for p in points)
+    assert points[0]["speedup"] == 1.0 and points[1]["speedup"] == pytest.approx(two / one, abs=0.01)
+    assert sorted(p.name for p in (out / "work" / "stack" / "k2").iterdir() if p.name.startswith("r")) == ["r0", "r1"]
+
+
+def test_a_stack_that_runs_out_of_memory_is_recorded_and_the_next_size_runs(tmp_path, monkeypatch):
+    """Out of memory is a point's result, not the step's error; any other error is the step's."""
+    import gpu_check_steps as gpu_check
+    import torch
+
+    def steps(error: Exception | None):
+        def fake(k, cfg, run_dir, warmup, timed):
+            if k == 1 and error is not None:
+                raise error
+            return {"ms_per_step": 10.0 * k, "host_batch_ms": 1.0, "aggregate_steps_per_s": 100.0}
+        return fake
+
+    monkeypatch.setattr(gpu_check, "stack_steps", steps(torch.cuda.OutOfMemoryError("CUDA out of memory")))
+    data = tmp_path / "no-corpora"
+    result = gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)
+    first, second = result["points"]
+    assert result["error"] is None and first["out_of_memory"] is True and first["error"].startswith("OutOfMemoryError")
+    assert second["error"] is None and second["aggregate_steps_per_s"] == 100.0 and second["speedup"] is None
+    assert json.loads((tmp_path / "stack.json").read_text()) == json.loads(json.dumps(result))
+    monkeypatch.setattr(gpu_check, "stack_steps", steps(ValueError("bad")))
+    assert gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)["error"] == "ValueError: bad"
+    monkeypatch.setattr(gpu_check, "stack_steps", steps(None))
+    points = gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)["points"]
+    assert [p["speedup"] for p in points] == [1.0, 1.0]
