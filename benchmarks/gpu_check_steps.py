@@ -428,7 +428,7 @@ def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int
     for _ in range(warmup):
         one_step()
     for loop in loops:
-        loop._settle()  # the trainer's read (a host sync): the pending buffer empty, the warm-up's losses finite
+        loop.settle()  # the trainer's read (a host sync): the pending buffer empty, the warm-up's losses finite
     host[0] = 0.0
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -437,7 +437,7 @@ def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
     for loop in loops:
-        loop._settle()  # TrainingDiverged if a timed step's loss or gradient norm was not finite
+        loop.settle()  # TrainingDiverged if a timed step's loss or gradient norm was not finite
     return {"ms_per_step": round(seconds / steps * 1e3, 3), "host_batch_ms": round(host[0] / steps * 1e3, 3),
             "aggregate_steps_per_s": significant(k * steps / seconds)}
 

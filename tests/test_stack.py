@@ -139,6 +139,9 @@ def test_a_stack_step_reads_no_tensor(tmp_path, one_thread):
     assert not reads, dict(reads)
     assert [loop.n_pending for loop in loops] == [3, 3, 3]
     assert torch.isfinite(loops[2].pending[:3]).all()
+    for _ in range(3):  # past the buffer (log_every 4): a caller stepping on its own gets a read, not an error
+        stack.step(batches, [1e-3] * 3)
+    assert [(loop.n_pending, loop.window_n) for loop in loops] == [(2, 4)] * 3
 
 
 @pytest.mark.parametrize("variant", ["standard", "mixit", "frozen_qk"])

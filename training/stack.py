@@ -102,7 +102,7 @@ class StackedStep:
     exp_avg_sq are AdamW's moments in the same layout, `steps[k]` its step count; `fixed` holds each run's frozen
     weights and buffers, stacked. The runs' models and optimizers are brought up to date by write_back (before an
     evaluation, a kept model or a checkpoint), not at each step. Each step's loss and gradient norm go into
-    `pending[i, k]`, which each loop reads as its own pending buffer (RunLoop._settle)."""
+    `pending[i, k]`, which each loop reads as its own pending buffer (RunLoop.settle)."""
 
     def __init__(self, loops: Sequence[RunLoop]):
         first = loops[0]
@@ -181,6 +181,10 @@ class StackedStep:
             grad.mul_((self.max_norm / (norms[:, None] + 1e-6)).clamp(max=1.0))
             self._adamw(grad, lr)
             n = self.loops[0].n_pending
+            if n == len(self.pending):  # never in train_stack, which reads at every log; a caller stepping on its own
+                for loop in self.loops:
+                    loop.settle()
+                n = 0
             self.pending[n].copy_(torch.stack([losses.detach().float(), norms], 1))
         for loop in self.loops:
             loop.n_pending += 1

@@ -208,7 +208,7 @@ class RunLoop:
         self.step, self.elapsed_before, self.best_acc = 0, 0.0, None
         self.moved = False  # a logged step had a nonzero gradient (else the finished run is flagged: nothing trained)
         self.window_loss, self.window_n = 0.0, 0
-        # each step's loss and gradient norm, held on the device until the next read (_settle): no host sync a step
+        # each step's loss and gradient norm, held on the device until the next read (settle): no host sync a step
         self.pending = torch.zeros(max(1, cfg.log_every), 2, device=device)
         self.n_pending, self.grad_norm = 0, float("nan")
         # this session's counters
@@ -273,7 +273,7 @@ class RunLoop:
     def _one_step(self) -> None:
         """One optimizer step, then what falls due at the new step: a log (and evaluation), a kept model, a checkpoint.
 
-        Nothing here reads a device value except at those steps (_settle), so on a GPU the host queues the next
+        Nothing here reads a device value except at those steps (settle), so on a GPU the host queues the next
         step's kernels while this one runs."""
         t0 = time.perf_counter()
         self._train_step(self.stream.next())
@@ -299,7 +299,7 @@ class RunLoop:
         self.train_tokens += cfg.batch_size * self.task.seq_len
         is_log, is_eval, is_checkpoint = self.due(step)
         if is_log or is_checkpoint or step in self.kept:
-            self._settle()  # every rank at the same steps: a diverged run stops on all of them together
+            self.settle()  # every rank at the same steps: a diverged run stops on all of them together
         if ranks.main and is_log:
             self._log(is_eval)
         self._keep_model(step)
@@ -310,7 +310,7 @@ class RunLoop:
     def _train_step(self, batch: tuple[torch.Tensor, ...]) -> None:
         """One optimizer step at self.step on one training batch: the learning rate of the schedule, the loss, its
         gradient, clipping and AdamW. The loss and the gradient norm before clipping stay on the device, in
-        self.pending, until _settle reads them. With several processes, or micro-batches, the loss is accumulated
+        self.pending, until settle reads them. With several processes, or micro-batches, the loss is accumulated
         (_accumulate)."""
         cfg, step, device = self.cfg, self.step, self.device
         if self.graphed is not None:
@@ -331,19 +331,19 @@ class RunLoop:
             [p for g in self.optimizer.param_groups for p in g["params"]], cfg.grad_clip or float("inf")
         )
         self._pend(loss.detach(), grad_norm)
-        self.optimizer.step()  # a non-finite step still runs: _settle finds it before any weights are written
+        self.optimizer.step()  # a non-finite step still runs: settle finds it before any weights are written
 
     def _pend(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Keep a step's loss and gradient norm on the device, for _settle (which runs first if the buffer is full:
+        """Keep a step's loss and gradient norm on the device, for settle (which runs first if the buffer is full:
         never in the loop, which settles at least every log_every steps; a caller stepping on its own, such as a
         benchmark, reads once a buffer)."""
         if self.n_pending == len(self.pending):
-            self._settle()
+            self.settle()
         self.pending[self.n_pending, 0].copy_(loss)
         self.pending[self.n_pending, 1].copy_(grad_norm)
         self.n_pending += 1
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Read the losses and gradient norms of the steps since the last read (the loop's one host sync): add the
         losses to the log window and keep the last norm; TrainingDiverged at the first non-finite value, with its
         step (self.step becomes that step: the run diverged there). The read comes before every log, kept model
@@ -380,7 +380,7 @@ class RunLoop:
         return ranks.sum(total / ranks.size)
 
     def _log(self, is_eval: bool) -> None:
-        """Log the step (rank 0; after _settle): the mean training loss since the last log, and at an eval step the
+        """Log the step (rank 0; after settle): the mean training loss since the last log, and at an eval step the
         held-out scores."""
         record = {
             "step": self.step,
