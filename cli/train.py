@@ -27,7 +27,7 @@ from mixit_lab.training.trainer import train
 
 from .common import (
     EXIT_FAILED, EXIT_OK, CLIError, stop_on_sigterm, add_executor_options, executor_from_args, check_output_dir,
-    check_runs_per_gpu_applies, input_errors, path_arg,
+    check_runs_per_gpu_applies, input_errors, path_arg, whole_number_arg,
 )
 from .options import add_field_options, field_values, option_flag
 
@@ -306,6 +306,9 @@ def _add_tune_parser(sub: Any) -> None:
                    help="the learning rates tried (two or more), e.g. 3e-4 1e-3 3e-3 1e-2")
     t.add_argument("--seeds", type=int, nargs="+", default=[DEFAULTS.seed], help="the tuning seeds")
     t.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    t.add_argument("--stack", type=whole_number_arg("runs trained as one in a process; 1: each alone"), default=1,
+                   metavar="N", help="train up to N of the runs (the learning rates and seeds of a variant) as one in "
+                                     "each process, as mixit sweep --stack (default: 1, each run alone)")
     t.add_argument("--out", required=True, type=path_arg, help="directory of the runs and tuning.json")
     t.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE", help="as for mixit train")
     _add_training_options(t, many=False, lr=False)
@@ -394,6 +397,7 @@ def _launch_torchrun(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from mixit_lab.training.sweep import Executor
     from mixit_lab.training.tuning import tune
 
     cfg = _train_config(args, task=args.task, task_params=_task_params(args, args.task), variant=args.variants[0],
@@ -411,8 +415,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         resolve_device(cfg.device)
     try:
         with stop_on_sigterm():
-            tuning = tune(cfg, args.variants, args.lrs, args.out, seeds=args.seeds, workers=args.workers,
-                          tracker=args.tracker, tune_samples=args.tune_samples)
+            tuning = tune(cfg, args.variants, args.lrs, args.out, seeds=args.seeds,
+                          workers=Executor(workers=args.workers, stack=args.stack), tracker=args.tracker,
+                          tune_samples=args.tune_samples)
     except (SettingsChanged, RunDamaged, RunLocked) as e:
         raise CLIError(f"mixit tune: error: {e}") from None
     table = tuning.selected()

@@ -9,6 +9,7 @@ import pytest
 from mixit_lab.analysis.runs import load_runs, reported
 from mixit_lab.cli.main import main
 from mixit_lab.training import TrainConfig
+from mixit_lab.training.rundir import read_summary
 from mixit_lab.training.tuning import Tuning, choose, tuning_key
 
 
@@ -57,6 +58,17 @@ def test_mixit_tune_trains_the_grid_chooses_per_variant_and_writes_its_record(tm
         assert f"{row.variant}: lr {row.lr:g}" in printed
     assert main(["tune", *TINY, "--lrs", "1e-3", "--out", str(tmp_path / "one")]) == 2
     assert "give two learning rates or more" in capsys.readouterr().err
+
+
+def test_mixit_tune_in_stacks_chooses_as_it_does_run_by_run(tmp_path):
+    grid = [*TINY, "--variants", "mixit", "--lrs", "1e-3", "3e-2", "--seeds", "0", "1", "--device", "cpu"]
+    assert main(["tune", *grid, "--out", str(tmp_path / "alone")]) == 0
+    assert main(["tune", *grid, "--stack", "4", "--out", str(tmp_path / "stacked")]) == 0
+    alone, stacked = (Tuning.read(tmp_path / name / "tuning.json").selected() for name in ("alone", "stacked"))
+    assert list(stacked["lr"]) == list(alone["lr"])
+    for a, s in zip(alone.itertuples(), stacked.itertuples()):
+        assert s.scores == pytest.approx(a.scores, rel=1e-4)
+    assert {read_summary(p.parent)["stacked"] for p in (tmp_path / "stacked").glob("*/summary.json")} == {4}
 
 
 def test_mixit_tune_takes_a_researchers_own_task_by_import_path(tmp_path, capsys):
