@@ -11,6 +11,8 @@ checkpoint analysed and opened in the explorer on a CPU.
                                                           # curve.json and stack.json (--only graph, lm, curve or
                                                           # stack: one of them)
     python benchmarks/gpu_check.py device --only quick    # mixit reproduce --preset quick, timed: quick.json
+    python benchmarks/gpu_check.py device --studies algorithmic retrieval --stack 16   # those studies' shapes and
+                                                          # hours, each run a 16th of a stack (shapes, hours.json)
 
 `device` needs torch and the project's runtime dependencies but not Streamlit (the explorer is opened by
 `open`, on the CPU the checkpoint travels to). Every step writes its JSON as soon as it ends, so a check cut
@@ -21,7 +23,9 @@ Step time of a shape: a real `train()` of STEPS steps (log every STEPS/4, evalua
 each evaluation), timed between the logs at STEPS/4 and STEPS/2 and between 3*STEPS/4 and STEPS (the smaller of
 the two; neither holds an evaluation), so start-up and compilation stay out. The evaluation and checkpoint
 cost is what the log after the first evaluation adds beyond its steps. The paper preset's hours are then
-each run's steps x its shape's step time + its evaluations x their cost, summed.
+each run's steps x its shape's step time + its evaluations x their cost, summed. With `--stack N` each shape trains
+N seeds as one stack through `train_stack`, as `mixit reproduce --stack N` would, and its times are a run's share
+(the stack's over N); a shape whose stack fails (out of memory) is timed alone, as the pipeline would train it.
 
 The LM step (lm.json): the paper preset's LM shape (12 layers, d_model 512, 256 positions, batch 512) timed the same
 way, the batch in one pass (halves, then quarters, where it runs out of memory); its FLOPs counted by
@@ -231,9 +235,10 @@ def engine_steps(out: Path, work: Path, dry: bool, preset: str, data: Path, whic
 
 
 def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, studies: list[str] | None,
-                 only: str | None = None) -> bool:
+                 only: str | None = None, stack: int = 1) -> bool:
     """Everything that needs the device (with `studies`: only those studies' step times; `only`: one of ENGINE's
-    measurements, or "engine" for all of them); True when all passed."""
+    measurements, or "engine" for all of them); True when all passed. `stack` N > 1: the shapes' times (and the
+    preset's hours) are those of runs trained N seeds to a stack."""
     device = "cpu" if dry else "cuda"
     if not dry and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device here; run the dry form (--dry) or `make gpu-check` on a GPU")
@@ -244,7 +249,8 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     if only:
         return engine_steps(out, work, dry, preset, data, ENGINE if only == "engine" else (only,))
     if studies:
-        rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data, studies)
+        rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data, studies, stack)
+        write(out, "hours", preset_hours(rows, preset))
         return all(r["error"] is None for r in rows)
     runs = cuda_runs(out, work, device, dry)
     write(out, "cuda_runs", runs)
@@ -256,7 +262,7 @@ def device_phase(out: Path, work: Path, dry: bool, preset: str, data: Path, stud
     tests = device_tests(dry)
     write(out, "tests", tests)
     print(f"device tests: rc {tests['rc']}: {tests['tail'].strip().splitlines()[-1]}", flush=True)
-    rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data)
+    rows = time_shapes(out, work, preset, dry, device, 8 if dry else 40, data, stack=stack)
     hours = preset_hours(rows, preset)
     write(out, "hours", hours)
     for h in hours:
@@ -281,13 +287,20 @@ def main() -> int:
                              "runs on one GPU (curve.json), several runs stacked in one process (stack.json), those "
                              "four (engine), or the quick preset end to end (quick.json): no runs, torchrun, tests or "
                              "shapes")
+    parser.add_argument("--stack", type=int, default=1, metavar="N",
+                        help="device: time each shape as a run's share of N seeds trained as one stack, as mixit "
+                             "reproduce --stack N (default: 1, each run alone); hours.json then gives the preset's "
+                             "hours in stacks of N")
     parser.add_argument("--work", type=Path, help="folder for the runs it trains (default: OUT/work)")
     parser.add_argument("--data", type=Path, default=DATA, help="the corpora folder (default: ../shared/data)")
     args = parser.parse_args()
     out, ok = Path(args.out), True
     out.mkdir(parents=True, exist_ok=True)
     if args.phase in ("device", "all"):
-        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies, args.only)
+        if args.stack < 1:
+            parser.error(f"--stack={args.stack} is not allowed: give a whole number >= 1")
+        ok = device_phase(out, args.work or out / "work", args.dry, args.preset, args.data, args.studies, args.only,
+                          args.stack)
     if args.phase in ("open", "all"):
         opened = open_on_cpu(Path(args.tarball or out / "cuda_runs.tar.gz"), (args.work or out / "work") / "opened")
         write(out, "opened", opened)

@@ -30,6 +30,7 @@ from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.placement import gpu_slots, gpus_here, slot_environments  # noqa: E402
 from mixit_lab.training.pool import pool_map  # noqa: E402
 from mixit_lab.training.jobs import TrainJob, train_one  # noqa: E402
+from mixit_lab.training.stack import train_stack  # noqa: E402
 from mixit_lab.training.trainer import train  # noqa: E402
 
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]
@@ -102,8 +103,10 @@ def step_time(run_dir: Path, steps: int) -> dict[str, float]:
 
 
 def time_shapes(out: Path, work: Path, preset_name: str, dry: bool, device: str, steps: int,
-                data: Path, studies: list[str] | None = None) -> list[dict[str, Any]]:
-    """Step time of every shape; shapes.json rewritten after each, so a check cut short keeps what it measured."""
+                data: Path, studies: list[str] | None = None, stack: int = 1) -> list[dict[str, Any]]:
+    """Step time of every shape; shapes.json rewritten after each, so a check cut short keeps what it measured. With
+    `stack` N > 1 each shape trains N seeds as one stack (mixit_lab.training.stack), as `mixit reproduce --stack N`
+    would, and its times are a run's share (the stack's divided by N); a shape whose stack fails trains alone."""
     rows, texts = [], corpora(data, work)
     for i, (key, (cfg, mcfg)) in enumerate(shapes(preset_name).items()):
         study, variant, _, d, n_layers, heads = key
@@ -112,20 +115,41 @@ def time_shapes(out: Path, work: Path, preset_name: str, dry: bool, device: str,
         short = short_config(cfg, dry, steps, device, texts)
         run_dir = work / "shapes" / f"{i:02d}-{study}-{variant}-L{n_layers}"
         t0 = time.perf_counter()
-        try:
-            summary = train(short, run_dir, progress=False)
-            row = {**step_time(run_dir, steps), "tokens_per_s": summary.get("tokens_per_s"), "error": None}
-        except Exception as e:  # noqa: BLE001 - one shape's failure (out of memory, say) is a row; the others run
-            row = {"step_ms": None, "eval_ms": None, "error": f"{type(e).__name__}: {e}"[:300]}
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        row = shape_time(short, run_dir, steps, stack)
         rows.append({"key": list(key), "study": study, "variant": variant, "d_model": d, "n_layers": n_layers, "n_heads": heads,
                      "task": cfg.task, "seq_len": mcfg.n_ctx, "batch_size": short.batch_size,
                      "wall_s": round(time.perf_counter() - t0, 1), **row})
-        print(f"  {study:<11} {variant:<10} d{d} L{n_layers} h{heads} T{mcfg.n_ctx}: "
-              f"{row['step_ms']} ms/step, eval {row['eval_ms']} ms {row['error'] or ''}", flush=True)
+        share = f" (a run's share of a stack of {row['stack']})" if row["stack"] > 1 else ""
+        print(f"  {study:<11} {variant:<10} d{d} L{n_layers} h{heads} T{mcfg.n_ctx}: {row['step_ms']} ms/step, eval "
+              f"{row['eval_ms']} ms{share} {row['error'] or ''}", flush=True)
         write(out, "shapes", rows)
     return rows
+
+
+def shape_time(short: TrainConfig, run_dir: Path, steps: int, stack: int) -> dict[str, Any]:
+    """One shape's step and evaluation times: a run's share of a stack of `stack` seeds, or of a run alone (stack 1,
+    or a stack that failed: out of memory, say); an error that stops the run alone too is the row's error."""
+    if stack > 1:
+        try:
+            cfgs = [TrainConfig.from_dict({**short.to_dict(), "seed": seed}) for seed in range(stack)]
+            summaries = train_stack(cfgs, [run_dir / f"s{seed}" for seed in range(stack)], progress=False)
+            times = step_time(run_dir / "s0", steps)
+            return {"step_ms": round(times["step_ms"] / stack, 3), "eval_ms": round(times["eval_ms"] / stack, 1),
+                    "tokens_per_s": summaries[0].get("tokens_per_s"), "stack": stack, "stack_error": None, "error": None}
+        except Exception as e:  # noqa: BLE001 - the pipeline trains a failed stack's runs alone: so does this
+            stack_error = f"{type(e).__name__}: {e}"[:300]
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    else:
+        stack_error = None
+    try:
+        summary = train(short, run_dir / "alone", progress=False)
+        row = {**step_time(run_dir / "alone", steps), "tokens_per_s": summary.get("tokens_per_s"), "error": None}
+    except Exception as e:  # noqa: BLE001 - one shape's failure (out of memory, say) is a row; the others run
+        row = {"step_ms": None, "eval_ms": None, "error": f"{type(e).__name__}: {e}"[:300]}
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return {**row, "stack": 1, "stack_error": stack_error}
 
 
 def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str, Any]]:

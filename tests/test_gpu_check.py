@@ -65,6 +65,20 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     assert all(p["aggregate_steps_per_s"] > 0 and p["speedup"] > 0 for p in stack["points"])
 
 
+def test_the_dry_gpu_check_times_shapes_as_a_runs_share_of_a_stack(tmp_path):
+    out = tmp_path / "gc"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "device", "--dry", "--preset", "smoke",
+                           "--studies", "algorithmic", "--stack", "2", "--data", str(tmp_path / "no-corpora"),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = json.loads((out / "shapes.json").read_text())
+    assert rows and all(r["stack"] == 2 and r["stack_error"] is None and r["step_ms"] > 0 for r in rows)
+    assert len(list((out / "work" / "shapes").glob("*/s1/summary.json"))) == len(rows)  # each stack's 2nd seed
+    hours = json.loads((out / "hours.json").read_text())  # the preset's hours from the runs' shares
+    assert hours[-1]["study"] == "total" and hours[-1]["seconds"] > 0
+    assert [h["runs_unmeasured"] for h in hours if h["study"] == "algorithmic"] == [0]
+
+
 def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monkeypatch):
     """One pass first; out of memory, halves; another failure is the result. MFU from the counted FLOPs."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
