@@ -30,7 +30,7 @@ from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.placement import gpu_slots, gpus_here, slot_environments  # noqa: E402
 from mixit_lab.training.pool import pool_map  # noqa: E402
 from mixit_lab.training.jobs import TrainJob, train_one  # noqa: E402
-from mixit_lab.training.stack import train_stack  # noqa: E402
+from mixit_lab.training.stack import stack_key, train_stack  # noqa: E402
 from mixit_lab.training.trainer import train  # noqa: E402
 
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]
@@ -153,17 +153,26 @@ def shape_time(short: TrainConfig, run_dir: Path, steps: int, stack: int) -> dic
 
 
 def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str, Any]]:
-    """Each study's hours on this device: every run's steps at its shape's measured step and evaluation times."""
+    """Each study's hours on this device: every run's steps at its shape's measured step and evaluation times. A
+    shape timed in stacks of N (shape_time) trains the runs that stack together (stack_key) N to a stack, each stack
+    at the N-stack's step time (an upper bound for a smaller last stack), and each run's evaluations apart."""
     measured = {tuple(r["key"]): r for r in rows}
     table = []
     for study, runs in study_runs(load_preset(preset_name)).items():
         seconds, missing = 0.0, 0
+        groups: dict[tuple, list[TrainConfig]] = {}
         for cfg, _ in runs:
             r = measured.get(shape_key(study, cfg))
             if r is None or r["step_ms"] is None:
                 missing += 1
                 continue
-            seconds += cfg.steps * r["step_ms"] / 1e3 + (cfg.steps // cfg.eval_every) * r["eval_ms"] / 1e3
+            groups.setdefault((shape_key(study, cfg), stack_key(cfg)), []).append(cfg)
+        for (key, _), cfgs in groups.items():
+            r, cfg = measured[key], cfgs[0]
+            n = r.get("stack", 1)
+            stacks = -(-len(cfgs) // n)  # ceil: the stacks this group trains in
+            seconds += stacks * cfg.steps * r["step_ms"] * n / 1e3
+            seconds += len(cfgs) * (cfg.steps // cfg.eval_every) * r["eval_ms"] / 1e3
         table.append({"study": study, "runs": len(runs), "steps": sum(c.steps for c, _ in runs),
                       "seconds": round(seconds, 1), "hours": round(seconds / 3600, 2), "runs_unmeasured": missing})
     total = sum(t["seconds"] for t in table)  # summed unrounded-to-hours: a small preset's studies each round to 0 h
