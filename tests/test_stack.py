@@ -51,6 +51,17 @@ def test_a_stack_trains_each_run_as_it_trains_alone(tmp_path, one_thread, varian
         assert read_summary(s["run_dir"])["seed"] == a["seed"]
 
 
+def test_a_stack_in_bf16_trains_each_run_as_it_trains_alone_in_bf16(tmp_path, one_thread):
+    """Autocast under vmap (a GPU's default precision): bf16 rounding apart, the runs alone."""
+    cfgs = configs(variant="mixit", precision="bf16", steps=12)[:2]
+    stacked = train_stack(cfgs, [tmp_path / "s0", tmp_path / "s1"], progress=False)
+    for i, cfg in enumerate(cfgs):
+        alone = train(cfg, tmp_path / f"alone{i}", progress=False)
+        assert stacked[i]["precision"] == alone["precision"] == "bf16"
+        assert stacked[i]["loss"] == pytest.approx(alone["loss"], rel=2e-2)
+        assert stacked[i]["eval_loss"] == pytest.approx(alone["eval_loss"], rel=2e-2)
+
+
 def test_a_classifier_stacks(tmp_path, one_thread, generated_corpora):
     cfgs = configs(task="sentiment", task_params={"text_file": [str(generated_corpora["sentiment"])],
                                                   "vocab_size": 300}, variant="mixit")[:2]
@@ -160,6 +171,16 @@ def test_every_operation_of_a_stack_step_is_batched_not_run_once_per_run(tmp_pat
         warnings.simplefilter("always")
         stack.step([loop.stream.next() for loop in loops], [1e-3, 1e-3])
     assert not [str(w.message) for w in caught if "batching rule" in str(w.message)]
+
+
+def test_runs_whose_logits_a_stack_could_not_hold_are_refused(tmp_path, one_thread, monkeypatch):
+    import mixit_lab.training.stack as stack
+
+    # 3 runs' fp32 logits at 2-digit addition (batch 16, 10 positions, 24 tokens), less a byte
+    monkeypatch.setattr(stack, "CHUNKED_LOSS_MIN_BYTES", 3 * 16 * 10 * 24 * 4 - 1)
+    with pytest.raises(ValueError, match=r"3 runs' logits would take .* GiB at once"):
+        train_stack(configs(), [tmp_path / f"r{i}" for i in range(3)], progress=False)
+    train_stack(configs()[:2], [tmp_path / f"two{i}" for i in range(2)], progress=False)  # two fit
 
 
 @pytest.mark.parametrize("over, says", [

@@ -37,6 +37,7 @@ from mixit_lab.models.freeze import FrozenSlices
 
 from .config import TrainConfig
 from .graph_step import fixed_shape_loss
+from .loss import CHUNKED_LOSS_MIN_BYTES
 from .machine import keep_freed_memory
 from .parallel import Ranks
 from .resolve import resolve_device
@@ -108,6 +109,7 @@ class StackedStep:
         first = loops[0]
         self.loops, self.device, self.task = list(loops), first.device, first.task
         self.bf16 = first.precision == "bf16"
+        _check_logits_fit(loops)
         for loop in loops:
             if FrozenSlices(loop.model).slices:
                 raise ValueError(f"{loop.out}: heads frozen within a matrix are restored after each step of their "
@@ -225,6 +227,20 @@ class StackedStep:
                 "exp_avg": moments["exp_avg"][name].clone(), "exp_avg_sq": moments["exp_avg_sq"][name].clone()}
         for group in loop.optimizer.param_groups:
             group["lr"] = loop.cfg.lr_at(loop.step)
+
+
+def _check_logits_fit(loops: Sequence[RunLoop]) -> None:
+    """ValueError when the stack's fp32 logits, every position of every run's batch, would pass the size at which a run
+    alone takes its loss in chunks (CHUNKED_LOSS_MIN_BYTES: the paper preset's language model): a stack has no
+    chunked loss, so such runs train alone."""
+    first = loops[0]
+    if first.task.objective == "classification":
+        return
+    size = len(loops) * first.cfg.batch_size * first.task.seq_len * first.model.config.d_vocab * 4
+    if size > CHUNKED_LOSS_MIN_BYTES:
+        raise ValueError(f"{len(loops)} runs' logits would take {size / 2**30:.1f} GiB at once (a stack takes the loss "
+                         f"at every position, unchunked; at most {CHUNKED_LOSS_MIN_BYTES / 2**30:.0f} GiB); train "
+                         "these runs alone, or fewer to a stack")
 
 
 def _fixed(model: torch.nn.Module) -> dict[str, torch.Tensor]:
