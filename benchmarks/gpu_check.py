@@ -45,9 +45,11 @@ monotonic clock that the processes share), each run's steps between its logs ins
 Several runs stacked in one process (stack.json): for K in 1, 2, 4, 8, 16 (dry: 1 and 2), K runs of the curve's shape
 (seeds 0..K-1) opened by the trainer (`open_loop`) and stepped as one `StackedStep` (mixit_lab.training.stack), a step
 being what `train_stack`'s loop takes (each run's batch made on the host, the stacked step): 5 warm-up steps, then 50
-timed with the device synchronized only at their ends (dry: 2 and 4). Per K: ms a stacked step, the aggregate steps a
-second (K runs' steps over the time), its ratio to K=1's (speedup), peak memory; a K that runs out of GPU memory
-says so and the next K runs. Read beside curve.json: the same runs, one process against one process each.
+timed with the device synchronized only at their ends (dry: 2 and 4); every K eager, then every K with the stacked
+step captured as a CUDA graph (`graph`; whether it replayed: `replayed`). Per point: ms a stacked step, the aggregate
+steps a second (K runs' steps over the time), its ratio to K=1's of the same step (speedup), peak memory; a K that
+runs out of GPU memory says so and the next K runs. Read beside curve.json: the same runs, one process against one
+process each.
 """
 
 from __future__ import annotations

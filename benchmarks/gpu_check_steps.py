@@ -436,10 +436,11 @@ def time_curve(out: Path, work: Path, preset_name: str, dry: bool, device: str, 
 STACK_SIZES = (1, 2, 4, 8, 16)  # runs in one stack: the curve's counts of processes, for reading the two side by side
 
 
-def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int) -> dict[str, Any]:
+def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int, graph: bool) -> dict[str, Any]:
     """k runs of `cfg` (seeds 0..k-1) opened as the trainer opens them and stepped as one StackedStep: `warmup` steps,
     a read of their losses, then `steps` timed steps with the device synchronized only at their ends. A step is what
-    train_stack's loop takes: each run's batch made on the host, its rate from its schedule, the stacked step."""
+    train_stack's loop takes: each run's batch made on the host, its rate from its schedule, the stacked step (with
+    `graph`: captured as a CUDA graph after its warm-up and replayed, on CUDA)."""
     from mixit_lab.training.parallel import Ranks
     from mixit_lab.training.stack import StackedStep, check_stackable
     from mixit_lab.training.trainer import open_loop
@@ -450,7 +451,7 @@ def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int
     loops = [open_loop(c, run_dir / f"r{i}", False, None, device, Ranks()) for i, c in enumerate(cfgs)]
     for loop in loops:
         loop.begin(False, None)  # as train_stack: the model in training mode, the clock started; no tracker
-    stack, host = StackedStep(loops), [0.0]
+    stack, host = StackedStep(loops, graph), [0.0]
 
     def one_step() -> None:
         t0 = time.perf_counter()
@@ -472,21 +473,21 @@ def stack_steps(k: int, cfg: TrainConfig, run_dir: Path, warmup: int, steps: int
     for loop in loops:
         loop.settle()  # TrainingDiverged if a timed step's loss or gradient norm was not finite
     return {"ms_per_step": round(seconds / steps * 1e3, 3), "host_batch_ms": round(host[0] / steps * 1e3, 3),
-            "aggregate_steps_per_s": significant(k * steps / seconds)}
+            "aggregate_steps_per_s": significant(k * steps / seconds), "replayed": stack.graph is not None}
 
 
-def stack_point(k: int, cfg: TrainConfig, work: Path, warmup: int, steps: int) -> dict[str, Any]:
+def stack_point(k: int, cfg: TrainConfig, work: Path, warmup: int, steps: int, graph: bool) -> dict[str, Any]:
     """One stack size: stack_steps' times and (CUDA) peak memory, or the error it ended with; running out of GPU
     memory is recorded (out_of_memory) and the memory freed, so that the next size still runs."""
-    run_dir = work / "stack" / f"k{k}"
+    run_dir = work / "stack" / f"{'graph' if graph else 'eager'}-k{k}"
     shutil.rmtree(run_dir, ignore_errors=True)  # new runs: open_loop refuses none, and the sizes share no file
     cuda = cfg.device == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    row: dict[str, Any] = {"k": k, "out_of_memory": False, "error": None}
+    row: dict[str, Any] = {"k": k, "graph": graph, "out_of_memory": False, "error": None}
     try:
-        row.update(stack_steps(k, cfg, run_dir, warmup, steps))
+        row.update(stack_steps(k, cfg, run_dir, warmup, steps, graph))
     except torch.cuda.OutOfMemoryError as e:  # a measurement, not a failure: the card holds fewer runs
         row.update(out_of_memory=True, error=f"OutOfMemoryError: {e}"[:300])
     except Exception as e:  # noqa: BLE001 - one size's failure is its row; the other sizes run
@@ -509,8 +510,9 @@ def stack_line(row: dict[str, Any]) -> str:
 
 def time_stack(out: Path, work: Path, preset_name: str, dry: bool, device: str, data: Path) -> dict[str, Any]:
     """Aggregate optimizer steps a second of K runs stacked in one process (STACK_SIZES; dry: 1 and 2 tiny runs on
-    the CPU) at the curve's shape, and each K's rate over K=1's (speedup); stack.json rewritten after each K. Its
-    error is the first that was not running out of memory."""
+    the CPU) at the curve's shape, eager and then replayed as a CUDA graph (on the CPU both eager), and each K's rate
+    over K=1's of the same step (speedup); stack.json rewritten after each. Its error is the first that was not
+    running out of memory."""
     warmup, steps = (2, 4) if dry else (5, 50)
     if device == "cpu":
         from mixit_lab.training.machine import keep_freed_memory
@@ -522,13 +524,13 @@ def time_stack(out: Path, work: Path, preset_name: str, dry: bool, device: str, 
     result: dict[str, Any] = {"study": "retrieval", "variant": "standard", "d_model": cfg.d_model,
                               "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "batch_size": cfg.batch_size,
                               "precision": cfg.precision, "warmup_steps": warmup, "timed_steps": steps, "points": []}
-    for k in (1, 2) if dry else STACK_SIZES:
-        row = stack_point(k, cfg, work, warmup, steps)
-        one = result["points"][0] if result["points"] else row
+    for graph, k in [(g, k) for g in (False, True) for k in ((1, 2) if dry else STACK_SIZES)]:
+        row = stack_point(k, cfg, work, warmup, steps, graph)
+        one = next((r for r in result["points"] if r["graph"] == graph), row)  # K=1 of the same step
         rate, base = row.get("aggregate_steps_per_s"), one.get("aggregate_steps_per_s")
         row["speedup"] = round(rate / base, 2) if rate and base else None
         result["points"].append(row)
         result["error"] = next((r["error"] for r in result["points"] if r["error"] and not r["out_of_memory"]), None)
-        print(f"  stack of {k:>2}: {stack_line(row)}", flush=True)
+        print(f"  stack of {k:>2}{' as a CUDA graph' if graph else ''}: {stack_line(row)}", flush=True)
         write(out, "stack", result)
     return result

@@ -61,7 +61,7 @@ def test_the_dry_gpu_check_runs_every_step_and_passes(tmp_path):
     assert all(r["worker_gpus"] == [r["slot_gpu"]] and r["steps_per_s_over_wall"] > 0 for r in curve)
     assert all(r["aggregate_steps_per_s"] is None or len(r["per_run_steps_per_s"]) == r["n"] for r in curve)
     stack = json.loads((out / "stack.json").read_text())  # the same shape's runs stacked in one process
-    assert stack["error"] is None and [p["k"] for p in stack["points"]] == [1, 2]
+    assert stack["error"] is None and [p["k"] for p in stack["points"]] == [1, 2, 1, 2]
     assert all(p["aggregate_steps_per_s"] > 0 and p["speedup"] > 0 for p in stack["points"])
 
 
@@ -136,16 +136,18 @@ def test_the_stack_step_times_stacks_of_one_and_two_runs_in_its_dry_form(tmp_pat
     stack = json.loads((out / "stack.json").read_text())
     assert stack["error"] is None and (stack["d_model"], stack["batch_size"], stack["precision"]) == (16, 8, "fp32")
     assert stack["warmup_steps"] > 0 and stack["timed_steps"] > 0
-    points = stack["points"]
-    assert [p["k"] for p in points] == [1, 2]
+    points = stack["points"]  # eager, then as a CUDA graph (on the CPU: eager too, never replayed)
+    assert [(p["k"], p["graph"]) for p in points] == [(1, False), (2, False), (1, True), (2, True)]
+    assert not any(p["replayed"] for p in points)
     for p in points:
         assert p["error"] is None and p["out_of_memory"] is False and "peak_gib" not in p  # peak memory on CUDA only
         assert p["ms_per_step"] > 0 and 0 < p["host_batch_ms"] < p["ms_per_step"]
         # the aggregate rate counts every run's steps: K steps each stacked step
         assert p["aggregate_steps_per_s"] == pytest.approx(p["k"] * 1e3 / p["ms_per_step"], rel=1e-2)
-    one, two = (p["aggregate_steps_per_s"] for p in points)
-    assert points[0]["speedup"] == 1.0 and points[1]["speedup"] == pytest.approx(two / one, abs=0.01)
-    assert sorted(p.name for p in (out / "work" / "stack" / "k2").iterdir() if p.name.startswith("r")) == ["r0", "r1"]
+    one, two = (p["aggregate_steps_per_s"] for p in points[2:])
+    assert points[2]["speedup"] == 1.0 and points[3]["speedup"] == pytest.approx(two / one, abs=0.01)
+    ran = out / "work" / "stack" / "graph-k2"
+    assert sorted(p.name for p in ran.iterdir() if p.name.startswith("r")) == ["r0", "r1"]
 
 
 def test_a_stack_that_runs_out_of_memory_is_recorded_and_the_next_size_runs(tmp_path, monkeypatch):
@@ -154,7 +156,7 @@ def test_a_stack_that_runs_out_of_memory_is_recorded_and_the_next_size_runs(tmp_
     import torch
 
     def steps(error: Exception | None):
-        def fake(k, cfg, run_dir, warmup, timed):
+        def fake(k, cfg, run_dir, warmup, timed, graph):
             if k == 1 and error is not None:
                 raise error
             return {"ms_per_step": 10.0 * k, "host_batch_ms": 1.0, "aggregate_steps_per_s": 100.0}
@@ -163,7 +165,7 @@ def test_a_stack_that_runs_out_of_memory_is_recorded_and_the_next_size_runs(tmp_
     monkeypatch.setattr(gpu_check, "stack_steps", steps(torch.cuda.OutOfMemoryError("CUDA out of memory")))
     data = tmp_path / "no-corpora"
     result = gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)
-    first, second = result["points"]
+    first, second = result["points"][:2]  # eager; then the same as a graph
     assert result["error"] is None and first["out_of_memory"] is True and first["error"].startswith("OutOfMemoryError")
     assert second["error"] is None and second["aggregate_steps_per_s"] == 100.0 and second["speedup"] is None
     assert json.loads((tmp_path / "stack.json").read_text()) == json.loads(json.dumps(result))
@@ -171,4 +173,4 @@ def test_a_stack_that_runs_out_of_memory_is_recorded_and_the_next_size_runs(tmp_
     assert gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)["error"] == "ValueError: bad"
     monkeypatch.setattr(gpu_check, "stack_steps", steps(None))
     points = gpu_check.time_stack(tmp_path, tmp_path / "work", "paper", True, "cpu", data)["points"]
-    assert [p["speedup"] for p in points] == [1.0, 1.0]
+    assert [p["speedup"] for p in points] == [1.0, 1.0] * 2

@@ -4,6 +4,7 @@ reverse; what cannot stack is refused in one line."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -186,12 +187,63 @@ def test_runs_whose_logits_a_stack_could_not_hold_are_refused(tmp_path, one_thre
 @pytest.mark.parametrize("over, says", [
     ({"micro_batch_size": 8}, "micro_batch_size=8"),
     ({"compile": True}, "compile=True"),
-    ({"cuda_graph": True}, "cuda_graph=True"),
 ])
 def test_what_cannot_stack_is_refused_in_one_line(over, says):
     with pytest.raises(ValueError, match=says) as e:
         check_stackable(configs(**over))
     assert "\n" not in str(e.value)
+
+
+class Replayed:
+    """A recorded stack step's stand-in on the CPU: replaying runs the step's kernels again on the same buffers."""
+
+    def __init__(self, step: StackedStep):
+        self.step, self.replays = step, 0
+
+    def replay(self) -> None:
+        self.step._reset()  # a graph writes its gradients, it does not add to them
+        self.step._body()
+        self.replays += 1
+
+
+def test_a_stack_replayed_as_a_cuda_graph_trains_the_eager_stack(tmp_path, monkeypatch, one_thread):
+    """The capture path as on CUDA (warm-up, record, replay), its CUDA parts replaced by the stand-in."""
+    import mixit_lab.training.stack as stack
+
+    class OnTheCpu(StackedStep):
+        made: list[StackedStep] = []
+
+        def __init__(self, loops, graph=False):
+            super().__init__(loops, graph)
+            self.capturing = graph
+            OnTheCpu.made.append(self)
+
+        def _side_stream(self):
+            return nullcontext()
+
+        def _record(self):
+            return Replayed(self)
+
+    cfgs = configs(variant="mixit")
+    eager = train_stack(cfgs, [tmp_path / f"eager{i}" for i in range(3)], progress=False)
+    monkeypatch.setattr(stack, "graph_refusal", lambda *a: None)
+    monkeypatch.setattr(stack, "StackedStep", OnTheCpu)
+    graphed = [TrainConfig(**{**c.to_dict(), "cuda_graph": True}) for c in cfgs]
+    replayed = train_stack(graphed, [tmp_path / f"graph{i}" for i in range(3)], progress=False)
+    assert [s["cuda_graph"] for s in replayed] == [True] * 3 and [s["cuda_graph"] for s in eager] == [False] * 3
+    assert OnTheCpu.made[0].graph.replays == BASE["steps"] - 3  # after 3 warm-up steps
+    for i in range(3):
+        assert_same_run(tmp_path / f"eager{i}", tmp_path / f"graph{i}")
+
+
+def test_a_stack_asked_for_a_cuda_graph_on_the_cpu_says_so_and_steps_eagerly(tmp_path, one_thread):
+    cfgs = configs()[:2]
+    eager = train_stack(cfgs, [tmp_path / "e0", tmp_path / "e1"], progress=False)
+    graphed = [TrainConfig(**{**c.to_dict(), "cuda_graph": True}) for c in cfgs]
+    with pytest.warns(UserWarning, match="cuda_graph: CUDA graphs need a CUDA device, not cpu; the stack takes eager"):
+        asked = train_stack(graphed, [tmp_path / "g0", tmp_path / "g1"], progress=False)
+    assert [s["cuda_graph"] for s in asked] == [False, False]
+    assert [s["loss"] for s in asked] == [s["loss"] for s in eager]  # to the digit
 
 
 def test_runs_of_other_shapes_do_not_stack():

@@ -56,35 +56,92 @@ def fixed_shape_loss(model: torch.nn.Module, task: Task, batch: tuple[torch.Tens
     return (loss * weight).sum() / weight.sum()
 
 
-class GraphedStep:
-    """One run's optimizer step with fixed shapes and no host read: `step(batch, lr)` returns its loss and its
-    gradient norm before clipping, as device tensors. On CUDA it runs WARMUP_STEPS eager steps, then captures the
-    step as a graph and replays it from then on. On the CPU it never captures (the tests run it there)."""
+class Replayer:
+    """A training step's body (`_body`, on fixed buffers, reading nothing back) run as a CUDA graph: WARMUP_STEPS
+    eager runs on a side stream, then recorded once and replayed from then on (`run`). Eager throughout where
+    `capturing` is False (the CPU), and from a failed capture on, warned once. `_reset` drops the gradients before
+    each eager run and before the capture: a graph's backward writes its gradients, it does not add to them.
+    GraphedStep (one run) and mixit_lab.training.stack.StackedStep (a stack of runs) are such steps."""
 
-    def __init__(self, model: torch.nn.Module, task: Task, optimizer: torch.optim.Optimizer, grad_clip: float,
-                 bf16: bool):
-        self.model, self.task, self.optimizer, self.bf16 = model, task, optimizer, bf16
-        self.device = next(model.parameters()).device
-        self.capturing = self.device.type == "cuda"  # False on the CPU, and once a capture failed
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.max_norm = grad_clip or float("inf")
-        self.lr = torch.zeros((), device=self.device)  # the optimizer's rate on CUDA, set before each step
-        self.loss, self.norm = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
-        self.inputs: tuple[torch.Tensor, ...] = ()  # the fixed buffers each batch is copied into
+    def __init__(self, device: torch.device, capture: bool = True):
+        self.device = device
+        self.capturing = capture and device.type == "cuda"  # False on the CPU, and once a capture failed
         self.graph: torch.cuda.CUDAGraph | None = None
         self.eager_steps = 0
-        if self.capturing:
-            _capturable(optimizer, self.lr)
 
-    def step(self, batch: tuple[torch.Tensor, ...], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimizer step on `batch` (host tensors) at learning rate `lr`: replayed, captured, or eager."""
-        self._load(batch, lr)
+    def _body(self) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        """The step: replayed, captured (then run), or eager."""
         if self.graph is not None:
             self.graph.replay()
         elif self.capturing and self.eager_steps >= WARMUP_STEPS:
             self._capture()
         else:
             self._eager()
+
+    def _eager(self) -> None:
+        """The step without a graph: on a side stream before a capture (PyTorch's warm-up), else as it comes."""
+        self._reset()
+        with self._side_stream() if self.capturing else nullcontext():
+            self._body()
+        self.eager_steps += 1
+
+    @contextmanager
+    def _side_stream(self) -> Iterator[None]:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            yield
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self) -> None:
+        """Record the step as a graph and run it; if recording fails, warn once and step eagerly from here on."""
+        self._reset()
+        try:
+            graph = self._record()
+        except Exception as e:  # an operation that cannot be recorded (a host read in a hook, say)
+            self.capturing = False
+            reason = (str(e).strip().splitlines() or [""])[0]
+            warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {reason}); the run goes on with eager "
+                          "steps, the same numbers up to float rounding", stacklevel=2)
+            self._eager()  # the step that was not recorded
+            return
+        self.graph = graph
+        graph.replay()  # recording does not run the step
+
+    def _record(self) -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._body()
+        return graph
+
+
+class GraphedStep(Replayer):
+    """One run's optimizer step with fixed shapes and no host read: `step(batch, lr)` returns its loss and its
+    gradient norm before clipping, as device tensors. On CUDA it runs WARMUP_STEPS eager steps, then captures the
+    step as a graph and replays it from then on. On the CPU it never captures (the tests run it there)."""
+
+    def __init__(self, model: torch.nn.Module, task: Task, optimizer: torch.optim.Optimizer, grad_clip: float,
+                 bf16: bool):
+        super().__init__(next(model.parameters()).device)
+        self.model, self.task, self.optimizer, self.bf16 = model, task, optimizer, bf16
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.max_norm = grad_clip or float("inf")
+        self.lr = torch.zeros((), device=self.device)  # the optimizer's rate on CUDA, set before each step
+        self.loss, self.norm = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        self.inputs: tuple[torch.Tensor, ...] = ()  # the fixed buffers each batch is copied into
+        if self.capturing:
+            _capturable(optimizer, self.lr)
+
+    def step(self, batch: tuple[torch.Tensor, ...], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on `batch` (host tensors) at learning rate `lr`: replayed, captured, or eager."""
+        self._load(batch, lr)
+        self.run()
         return self.loss, self.norm
 
     def _load(self, batch: tuple[torch.Tensor, ...], lr: float) -> None:
@@ -114,41 +171,8 @@ class GraphedStep:
         self.norm.copy_(norm)
         self.optimizer.step()
 
-    def _eager(self) -> None:
-        """The step without a graph: on a side stream before a capture (PyTorch's warm-up), else as it comes."""
+    def _reset(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with self._side_stream() if self.capturing else nullcontext():
-            self._body()
-        self.eager_steps += 1
-
-    @contextmanager
-    def _side_stream(self) -> Iterator[None]:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            yield
-        torch.cuda.current_stream().wait_stream(side)
-
-    def _capture(self) -> None:
-        """Record the step as a graph and run it; if recording fails, warn once and step eagerly from here on."""
-        self.optimizer.zero_grad(set_to_none=True)
-        try:
-            graph = self._record()
-        except Exception as e:  # an operation that cannot be recorded (a host read in a hook, say)
-            self.capturing = False
-            reason = (str(e).strip().splitlines() or [""])[0]
-            warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {reason}); the run goes on with eager "
-                          "steps, the same numbers up to float rounding", stacklevel=2)
-            self._eager()  # the step that was not recorded
-            return
-        self.graph = graph
-        graph.replay()  # recording does not run the step
-
-    def _record(self) -> torch.cuda.CUDAGraph:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._body()
-        return graph
 
     @contextmanager
     def saved_as_eager(self) -> Iterator[None]:

@@ -17,7 +17,8 @@ What a run keeps from training alone:
   turns non-finite diverges alone, found at its next log as alone, and leaves the stack; the others go on.
 
 Runs stack when their settings agree but for STACKED_FIELDS and they stand at the same step (stack_key); stack_refusal
-names what a stack does not take (micro-batches, torch.compile, CUDA graphs, heads frozen within a matrix).
+names what a stack does not take (micro-batches, torch.compile, heads frozen within a matrix). With cuda_graph the
+stack's step is captured once as a CUDA graph and replayed (mixit_lab.training.graph_step.Replayer), on CUDA.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import warnings
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,7 +38,7 @@ from tqdm.auto import tqdm
 from mixit_lab.models.freeze import FrozenSlices
 
 from .config import TrainConfig
-from .graph_step import fixed_shape_loss
+from .graph_step import Replayer, fixed_shape_loss, graph_refusal
 from .loss import CHUNKED_LOSS_MIN_BYTES
 from .machine import keep_freed_memory
 from .parallel import Ranks
@@ -64,8 +66,6 @@ def stack_refusal(cfg: TrainConfig) -> str | None:
         return f"micro_batch_size={cfg.micro_batch_size} (a loop of forward passes; a stack takes the batch at once)"
     if cfg.compile:
         return "compile=True (a stack's step is mapped over its runs by torch.func, not compiled)"
-    if cfg.cuda_graph:
-        return "cuda_graph=True (a stack's step is not captured as a CUDA graph)"
     return None
 
 
@@ -96,7 +96,7 @@ class _LossOf(torch.nn.Module):
         return fixed_shape_loss(self.model, self.task, batch)
 
 
-class StackedStep:
+class StackedStep(Replayer):
     """The optimizer step of the runs of `loops` as one (their settings checked by check_stackable).
 
     flat[k] holds run k's trainable weights, end to end in the order of model.named_parameters(); exp_avg and
@@ -105,9 +105,10 @@ class StackedStep:
     evaluation, a kept model or a checkpoint), not at each step. Each step's loss and gradient norm go into
     `pending[i, k]`, which each loop reads as its own pending buffer (RunLoop.settle)."""
 
-    def __init__(self, loops: Sequence[RunLoop]):
+    def __init__(self, loops: Sequence[RunLoop], graph: bool = False):
         first = loops[0]
-        self.loops, self.device, self.task = list(loops), first.device, first.task
+        super().__init__(first.device, capture=graph)
+        self.loops, self.task = list(loops), first.task
         self.bf16 = first.precision == "bf16"
         _check_logits_fit(loops)
         for loop in loops:
@@ -138,6 +139,11 @@ class StackedStep:
         self.pending = torch.zeros(len(first.pending), len(loops), 2, device=self.device)
         for k, loop in enumerate(loops):
             loop.pending = self.pending[:, k]
+        # the fixed buffers the step reads and writes (a graph replays on them): the batches, the rates, and each
+        # run's loss and gradient norm
+        self.inputs: tuple[torch.Tensor, ...] = ()
+        self.lr = torch.zeros(len(loops), 1, device=self.device)
+        self.last = torch.zeros(len(loops), 2, device=self.device)
 
     def _row(self, loop: RunLoop) -> torch.Tensor:
         """A loop's trainable weights, end to end; ValueError if its model is not shaped as the first's."""
@@ -168,28 +174,42 @@ class StackedStep:
         return functional_call(self.loss_of, {**self._split(row), **fixed}, batch)
 
     def step(self, batches: Sequence[tuple[torch.Tensor, ...]], lrs: Sequence[float]) -> None:
-        """One optimizer step of every run: run k on batches[k] (host tensors) at learning rate lrs[k]. Its loss
-        and gradient norm before clipping go to each loop's pending buffer; nothing is read back."""
-        inputs = tuple(torch.stack(parts).to(self.device, non_blocking=True) for parts in zip(*batches))
-        lr = self._per_run(list(lrs))
+        """One optimizer step of every run: run k on batches[k] (host tensors) at learning rate lrs[k]; eager, or
+        replayed as a CUDA graph (Replayer). Each loss and gradient norm before clipping goes to its loop's pending
+        buffer; nothing is read back."""
+        stacked = [torch.stack(parts) for parts in zip(*batches)]
+        if not self.inputs:
+            self.inputs = tuple(t.to(self.device, copy=True) for t in stacked)
+        else:
+            for buffer, t in zip(self.inputs, stacked):
+                buffer.copy_(t, non_blocking=True)
+        self.lr.copy_(torch.tensor(lrs, dtype=torch.float32)[:, None], non_blocking=True)
+        self.run()
+        n = self.loops[0].n_pending
+        if n == len(self.pending):  # never in train_stack, which reads at every log; a caller stepping on its own
+            for loop in self.loops:
+                loop.settle()
+            n = 0
+        self.pending[n].copy_(self.last)
+        for loop in self.loops:
+            loop.n_pending += 1
+
+    def _reset(self) -> None:
         self.flat.grad = None
+
+    def _body(self) -> None:
+        """The step on the fixed buffers: every run's loss mapped over the rows, the gradients, each row clipped by
+        its own norm, AdamW; the losses and norms into `last`."""
         autocast = torch.autocast(self.device.type, torch.bfloat16, cache_enabled=False) if self.bf16 else nullcontext()
         with autocast, _attention_kernels(self.device), self.loss_of.model.trusted_inputs():
-            losses = vmap(self._loss)(self.flat, self.fixed, *inputs)  # [K]
+            losses = vmap(self._loss)(self.flat, self.fixed, *self.inputs)  # [K]
         losses.sum().backward()  # the runs share no weight: each row's gradient is its own loss's
         with torch.no_grad():
             grad = self.flat.grad
             norms = torch.linalg.vector_norm(grad, dim=1)  # [K], as clip_grad_norm_ takes it over a run's weights
             grad.mul_((self.max_norm / (norms[:, None] + 1e-6)).clamp(max=1.0))
-            self._adamw(grad, lr)
-            n = self.loops[0].n_pending
-            if n == len(self.pending):  # never in train_stack, which reads at every log; a caller stepping on its own
-                for loop in self.loops:
-                    loop.settle()
-                n = 0
-            self.pending[n].copy_(torch.stack([losses.detach().float(), norms], 1))
-        for loop in self.loops:
-            loop.n_pending += 1
+            self._adamw(grad, self.lr)
+            self.last.copy_(torch.stack([losses.detach().float(), norms], 1))
 
     def _adamw(self, grad: torch.Tensor, lr: torch.Tensor) -> None:
         """torch.optim.AdamW's update (decoupled weight decay on the matrices; no amsgrad) on every row at once, with
@@ -306,7 +326,7 @@ def train_stack(cfgs: Sequence[TrainConfig], out_dirs: Sequence[str | Path], res
             if not resume:
                 for name in (RUN_FILE, METRICS_FILE):
                     (out / name).unlink(missing_ok=True)
-            loops[i] = open_loop(cfg, out, resume, argv, device, ranks)
+            loops[i] = open_loop(cfg, out, resume, argv, device, ranks, stacked=True)
         for at in sorted({loop.step for loop in loops.values()}):  # a resumed stack stands at one step, or a few
             group = {i: loop for i, loop in loops.items() if loop.step == at}
             summaries.update(zip(group, _drive(list(group.values()), progress, tracker)))
@@ -323,7 +343,11 @@ def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[di
                desc=f"stack of {len(loops)}: {cfg.variant}/{cfg.task}")
     summaries: dict[int, dict[str, Any]] = {}
     live = list(range(len(loops)))
-    stack = StackedStep(loops)
+    graph = cfg.cuda_graph and graph_refusal(cfg, loops[0].device, False) is None
+    if cfg.cuda_graph and not graph:
+        warnings.warn(f"cuda_graph: {graph_refusal(cfg, loops[0].device, False)}; the stack takes eager steps (the "
+                      "same numbers)", stacklevel=3)
+    stack = StackedStep(loops, graph)
     while live and loops[live[0]].step < cfg.steps:
         t0 = time.perf_counter()
         stack.step([loops[i].stream.next() for i in live], [loops[i].cfg.lr_at(loops[i].step) for i in live])
@@ -339,10 +363,11 @@ def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[di
                 live.remove(i)
         if len(live) < len(stack.loops) and live:  # a run left: the others go on in a stack of their own
             stack.write_back(with_optimizer=True)
-            stack = StackedStep([loops[i] for i in live])
+            stack = StackedStep([loops[i] for i in live], graph)
         bar.update(1)
     bar.close()
     for i in live:
+        loops[i].replayed = stack.graph is not None
         summaries[i] = loops[i].finish()
     return [summaries[i] for i in range(len(loops))]
 

@@ -146,9 +146,10 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, progress: bool, argv: list
 
 
 def open_loop(cfg: TrainConfig, out: Path, resume: bool, argv: list[str] | None, device: torch.device,
-              ranks: Ranks) -> RunLoop:
+              ranks: Ranks, stacked: bool = False) -> RunLoop:
     """A run's loop, ready for its next step: the run resolved, its weights, optimizer and data stream built, and
-    loaded from the last checkpoint (resume) or written as a new run's run.json. The caller holds the lock."""
+    loaded from the last checkpoint (resume) or written as a new run's run.json. The caller holds the lock.
+    `stacked`: a stack takes its steps (mixit_lab.training.stack), so the loop makes no step of its own (no graph)."""
     run, precision = _prepare(cfg, out, resume, device, ranks)
     warn_if_frozen_attention_is_uniform(run.model)
     if resume and (out / RUN_FILE).is_file():
@@ -160,7 +161,7 @@ def open_loop(cfg: TrainConfig, out: Path, resume: bool, argv: list[str] | None,
     loop = RunLoop(cfg, out, run, ranks, precision)
     loop.step, loop.elapsed_before, loop.best_acc, (loop.window_loss, loop.window_n) = _start_or_resume(
         cfg, out, resume, run, loop.model, loop.optimizer, loop.stream, argv, ranks)
-    loop.prepare()
+    loop.prepare(own_step=not stacked)
     return loop
 
 
@@ -221,19 +222,21 @@ class RunLoop:
         self.kept: set[int] = set()
         self.counts: dict[str, int] = {}
         self.stacked = 1  # the runs whose steps this process takes as one (mixit_lab.training.stack sets it)
+        self.replayed = False  # its stack's step replayed as a CUDA graph (set by the stack)
         self.track = None  # the tracker (rank 0), the progress bar and whether to print eval lines: set by run()
         self.bar: tqdm
         self.progress = False
 
-    def prepare(self) -> None:
-        """After the start or resume: hold frozen heads, compile, wrap for several processes, keep the init."""
+    def prepare(self, own_step: bool = True) -> None:
+        """After the start or resume: hold frozen heads, compile, wrap for several processes, make the step a CUDA
+        graph (`own_step`: this loop takes its own steps), keep the init."""
         hold_frozen_slices(self.model, self.optimizer)  # frozen heads ("v@0.h1") keep the values just loaded
         self.forward = torch.compile(self.model) if self.cfg.compile else self.model
         if self.ranks.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
             self.summed = DistributedDataParallel(SummedLoss(self.forward, self.task), **ddp_options(self.device))
-        if self.cfg.cuda_graph:
+        if self.cfg.cuda_graph and own_step:
             refusal = graph_refusal(self.cfg, self.device, self.ranks.distributed)
             if refusal is None:
                 self.graphed = GraphedStep(self.model, self.task, self.optimizer, self.cfg.grad_clip,
@@ -460,7 +463,8 @@ class RunLoop:
             "precision": self.precision,
             "processes": self.ranks.size,
             "backend": self.ranks.backend,
-            "cuda_graph": self.graphed is not None and self.graphed.graph is not None,  # the step replayed as a graph
+            "cuda_graph": self.replayed or (self.graphed is not None and self.graphed.graph is not None),  # the step
+            # replayed as a graph (its own, or its stack's)
             "stacked": self.stacked,  # runs trained in one step with this one (itself included)
         }
         if not self.moved:  # finished, yet nothing trained: said in summary.json and as a warning
