@@ -206,6 +206,11 @@ CASES = [
     ("runs per GPU and GPUs per run", ["sweep", "--tasks", "addition", "--runs-per-gpu", "2", "--gpus-per-run", "0.5",
                                        "--executor", "ray", "--out", "{tmp}/s", *SMALL[:-1]],
      "--runs-per-gpu=2 and --gpus-per-run=0.5 both set a run's share of a GPU; give one"),
+    # Runs stacked in a process (--stack): a count below 1, for a sweep and for mixit tune
+    ("a sweep's stack of 0", ["sweep", "--tasks", "addition", "--stack", "0", "--dry-run", "--out", "{tmp}/s"],
+     "--stack: '0' is not allowed: give a whole number >= 1"),
+    ("a tuning's stack of 'four'", ["tune", "--task", "addition", "--lrs", "1e-3", "3e-3", "--stack", "four",
+                                    "--out", "{tmp}/t"], "--stack: 'four' is not allowed"),
     ("runs per GPU for runs on the CPU", ["sweep", "--tasks", "addition", "--device", "cpu", "--runs-per-gpu", "2",
                                           "--out", "{tmp}/s", *SMALL[:-1]],
      "--runs-per-gpu=2: the runs train on the CPU (device 'cpu')"),

@@ -123,8 +123,8 @@ class StackedStep(Replayer):
         self.sizes = [p.numel() for _, p in named]
         with torch.no_grad():
             self.flat = torch.stack([self._row(loop) for loop in loops]).requires_grad_()
-            self.fixed = {f"model.{n}": torch.stack([_fixed(loop.model)[n] for loop in loops])
-                          for n in _fixed(first.model)}
+            fixed = [_fixed(loop.model) for loop in loops]
+            self.fixed = {f"model.{n}": torch.stack([f[n] for f in fixed]) for n in fixed[0]}
         self.decay = torch.cat([torch.full((size,), float(len(shape) >= 2), device=self.device)
                                 for size, shape in zip(self.sizes, self.shapes)])
         group = first.optimizer.param_groups[0]
