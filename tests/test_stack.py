@@ -292,6 +292,18 @@ def test_plan_jobs_groups_what_stacks_in_order_and_leaves_the_rest_alone(tmp_pat
     assert all(isinstance(j, TrainJob) for j in plan_jobs(runs, tmp_path, "sweep", stack=1))
 
 
+def test_wandb_which_keeps_one_run_a_process_is_not_stacked(tmp_path):
+    from mixit_lab.training.jobs import TrainJob, plan_jobs
+
+    with pytest.raises(ValueError, match="W&B keeps one run open a process"):
+        train_stack(configs(), [tmp_path / f"r{i}" for i in range(3)], tracker="wandb", progress=False)
+    assert not list(tmp_path.iterdir())
+    runs = [(f"s{i}", cfg) for i, cfg in enumerate(configs())]
+    with pytest.warns(UserWarning, match="stack=3 is left out with the W&B tracker"):
+        jobs = plan_jobs(runs, tmp_path, "sweep", "wandb", stack=3)
+    assert all(isinstance(j, TrainJob) for j in jobs) and len(jobs) == 3
+
+
 def test_a_stack_that_cannot_start_trains_its_runs_alone(tmp_path):
     from mixit_lab.training.jobs import StackJob, TrainJob, train_stacked
 

@@ -55,6 +55,10 @@ def plan_jobs(runs: Sequence[tuple[str, TrainConfig]], out: Path, command: str, 
     their shared settings, `stack` at most a job (a group's first run sets the job's place in the order)."""
     jobs = {name: TrainJob(name, cfg.to_dict(), str(Path(out) / name), command, tracker, worker_task_import(cfg.task))
             for name, cfg in runs}
+    if stack > 1 and tracker == "wandb":
+        warnings.warn(f"stack={stack} is left out with the W&B tracker, which keeps one run open a process: each run "
+                      "trains alone", stacklevel=2)
+        stack = 1
     if stack <= 1:
         return list(jobs.values())
     groups: dict[str, list[str]] = {}

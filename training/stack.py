@@ -302,6 +302,9 @@ def train_stack(cfgs: Sequence[TrainConfig], out_dirs: Sequence[str | Path], res
     cfgs, outs = list(cfgs), [Path(o) for o in out_dirs]
     if len(cfgs) != len(outs):
         raise ValueError(f"{len(cfgs)} settings for {len(outs)} run directories")
+    if tracker == "wandb" and len(cfgs) > 1:
+        raise ValueError(f"tracker={tracker!r}: W&B keeps one run open a process; a stack of runs takes "
+                         "tracker='tensorboard' or none")
     check_stackable(cfgs)
     ranks = Ranks.from_env()
     if ranks.size > 1 or ranks.launched:
