@@ -339,6 +339,11 @@ def train_stack(cfgs: Sequence[TrainConfig], out_dirs: Sequence[str | Path], res
 def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[dict[str, Any]]:
     """Step `loops` (at one step, settings that stack) together to their end; returns their summaries in order."""
     cfg = loops[0].cfg
+    graph = cfg.cuda_graph and graph_refusal(cfg, loops[0].device, False) is None
+    if cfg.cuda_graph and not graph:
+        warnings.warn(f"cuda_graph: {graph_refusal(cfg, loops[0].device, False)}; the stack takes eager steps (the "
+                      "same numbers)", stacklevel=3)
+    stack = StackedStep(loops, graph)  # before any loop begins: a stack refused leaves no tracker open
     for loop in loops:
         loop.stacked = len(loops)
         loop.begin(False, tracker)  # one bar for the stack, below; the runs' logs are in their directories
@@ -346,11 +351,6 @@ def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[di
                desc=f"stack of {len(loops)}: {cfg.variant}/{cfg.task}")
     summaries: dict[int, dict[str, Any]] = {}
     live = list(range(len(loops)))
-    graph = cfg.cuda_graph and graph_refusal(cfg, loops[0].device, False) is None
-    if cfg.cuda_graph and not graph:
-        warnings.warn(f"cuda_graph: {graph_refusal(cfg, loops[0].device, False)}; the stack takes eager steps (the "
-                      "same numbers)", stacklevel=3)
-    stack = StackedStep(loops, graph)
     while live and loops[live[0]].step < cfg.steps:
         t0 = time.perf_counter()
         stack.step([loops[i].stream.next() for i in live], [loops[i].cfg.lr_at(loops[i].step) for i in live])
