@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -301,7 +300,7 @@ def time_lm(out: Path, dry: bool, device_name: str) -> dict[str, Any]:
         try:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            ms = ms_per_step(lambda: lm_step(model, opt, tokens, micro, chunked, device), device, 3, warmup=1)
+            ms = ms_per_step(lambda opt=opt: lm_step(model, opt, tokens, micro, chunked, device), device, 3, warmup=1)
             row = {"ms": ms, "tflops": round(result["flops_per_step"] / ms / 1e9, 1)}
             if device.type == "cuda":
                 row["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 1)
