@@ -136,12 +136,12 @@ def test_a_run_without_a_checkpoint_yet_is_named_as_such(tmp_path):
 
 
 def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
-    import mixit_lab.training.sweep as sweep_mod
+    import mixit_lab.training.jobs as jobs_mod  # where the sweep's worker calls train
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweep_mod, "train", interrupted)
+    monkeypatch.setattr(jobs_mod, "train", interrupted)
     code, _, err = run_cli(["sweep", "--tasks", "addition", "--variants", "standard", "--steps", "5",
                             "--out", str(tmp_path)], capsys)
     assert code == EXIT_INTERRUPTED and "rerun the same command" in err and "--resume" not in err
@@ -150,7 +150,7 @@ def test_ctrl_c_on_a_sweep_hints_at_rerunning_it(tmp_path, capsys, monkeypatch):
 def test_a_sigterm_that_a_library_rethrows_as_a_plain_interrupt_still_exits_143(tmp_path, capsys, monkeypatch):
     """Ray's ray.get catches the KeyboardInterrupt that a signal handler raises inside it and raises a plain one in
     its place; the exit status follows the signal, not the exception's class (was: 130 or 143 by the timing)."""
-    import mixit_lab.training.sweep as sweep_mod
+    import mixit_lab.training.jobs as jobs_mod  # where the sweep's worker calls train
 
     def like_ray(*args, **kwargs):
         try:
@@ -164,10 +164,10 @@ def test_a_sigterm_that_a_library_rethrows_as_a_plain_interrupt_still_exits_143(
         raise KeyboardInterrupt
 
     argv = ["sweep", "--tasks", "addition", "--variants", "standard", "--steps", "5", "--out"]
-    monkeypatch.setattr(sweep_mod, "train", like_ray)
+    monkeypatch.setattr(jobs_mod, "train", like_ray)
     code, _, err = run_cli([*argv, str(tmp_path / "a")], capsys)
     assert code == EXIT_TERMINATED and "terminated" in err
-    monkeypatch.setattr(sweep_mod, "train", ctrl_c)  # the next command starts afresh: a Ctrl-C is a Ctrl-C
+    monkeypatch.setattr(jobs_mod, "train", ctrl_c)  # the next command starts afresh: a Ctrl-C is a Ctrl-C
     code, _, err = run_cli([*argv, str(tmp_path / "b")], capsys)
     assert code == EXIT_INTERRUPTED and "interrupted" in err
 
