@@ -153,26 +153,24 @@ def shape_time(short: TrainConfig, run_dir: Path, steps: int, stack: int) -> dic
 
 
 def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str, Any]]:
-    """Each study's hours on this device: every run's steps at its shape's measured step and evaluation times. A
-    shape timed in stacks of N (shape_time) trains the runs that stack together (stack_key) N to a stack, each stack
-    at the N-stack's step time (an upper bound for a smaller last stack), and each run's evaluations apart."""
+    """Each study's hours on this device: every run's steps at its shape's measured step and evaluation times. Where
+    every shape was timed in stacks of N (shape_time), the runs that stack together (stack_key: seeds, rates, and
+    variants built alike, such as standard, frozen_qk and frozen_mlp) train N to a stack, each stack at the slowest
+    of their shapes' N-stack step times (an upper bound: a stack of variants computes every weight's gradient, and
+    a smaller last stack is charged in full); each run's evaluations apart."""
     measured = {tuple(r["key"]): r for r in rows}
     table = []
     for study, runs in study_runs(load_preset(preset_name)).items():
         seconds, missing = 0.0, 0
-        groups: dict[tuple, list[TrainConfig]] = {}
+        groups: dict[str, list[tuple[TrainConfig, dict[str, Any]]]] = {}
         for cfg, _ in runs:
             r = measured.get(shape_key(study, cfg))
             if r is None or r["step_ms"] is None:
                 missing += 1
                 continue
-            groups.setdefault((shape_key(study, cfg), stack_key(cfg)), []).append(cfg)
-        for (key, _), cfgs in groups.items():
-            r, cfg = measured[key], cfgs[0]
-            n = r.get("stack", 1)
-            stacks = -(-len(cfgs) // n)  # ceil: the stacks this group trains in
-            seconds += stacks * cfg.steps * r["step_ms"] * n / 1e3
-            seconds += len(cfgs) * (cfg.steps // cfg.eval_every) * r["eval_ms"] / 1e3
+            groups.setdefault(stack_key(cfg), []).append((cfg, r))
+        for group in groups.values():
+            seconds += _group_seconds(group)
         table.append({"study": study, "runs": len(runs), "steps": sum(c.steps for c, _ in runs),
                       "seconds": round(seconds, 1), "hours": round(seconds / 3600, 2), "runs_unmeasured": missing})
     total = sum(t["seconds"] for t in table)  # summed unrounded-to-hours: a small preset's studies each round to 0 h
@@ -180,6 +178,19 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
                   "seconds": round(total, 1), "hours": round(total / 3600, 2),
                   "runs_unmeasured": sum(t["runs_unmeasured"] for t in table)})
     return table
+
+
+def _group_seconds(group: list[tuple[TrainConfig, dict[str, Any]]]) -> float:
+    """The seconds that runs which can stack take (preset_hours): stacked N at a time where every shape was timed in
+    stacks of N, else each alone at its own step time; every run's evaluations apart."""
+    cfg = group[0][0]
+    n = min(r.get("stack", 1) for _, r in group)
+    if n > 1 and all(r.get("stack", 1) == n for _, r in group):
+        stacks = -(-len(group) // n)  # ceil: the stacks this group trains in
+        seconds = stacks * cfg.steps * max(r["step_ms"] for _, r in group) * n / 1e3
+    else:
+        seconds = sum(c.steps * r["step_ms"] / 1e3 for c, r in group)
+    return seconds + sum((c.steps // c.eval_every) * r["eval_ms"] / 1e3 for c, r in group)
 
 
 # ---------------------------------------------------------------- the step as a CUDA graph, through train()

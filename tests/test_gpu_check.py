@@ -79,6 +79,22 @@ def test_the_dry_gpu_check_times_shapes_as_a_runs_share_of_a_stack(tmp_path):
     assert [h["runs_unmeasured"] for h in hours if h["study"] == "algorithmic"] == [0]
 
 
+def test_the_preset_hours_stack_the_runs_that_stack_at_the_slowest_of_their_shapes():
+    """Paper retrieval: per task, standard, frozen_qk and frozen_mlp's 9 runs are one stack, mixit's 3 another."""
+    import gpu_check_steps as gpu_check
+
+    ms = {"standard": 1.0, "frozen_qk": 3.0, "frozen_mlp": 2.0, "mixit": 0.5}  # a run's share of a 16-stack's step
+    keys = [k for k in gpu_check.shapes("paper") if k[0] == "retrieval"]
+    rows = [{"key": list(k), "step_ms": ms[k[1]], "eval_ms": 10.0, "stack": 16} for k in keys]
+    retrieval = gpu_check.preset_hours(rows, "paper")[0]
+    stacks = 4 * (3.0 * 16 + 0.5 * 16)  # 4 tasks: a stack of 9 at frozen_qk's time, one of 3 at mixit's
+    assert retrieval["study"] == "retrieval" and retrieval["runs_unmeasured"] == 0
+    assert retrieval["seconds"] == pytest.approx(round(20_000 * stacks / 1e3 + 48 * 20 * 10.0 / 1e3, 1))
+    alone = [{**r, "stack": 1} for r in rows]  # timed alone: each run at its own step time
+    runs = 4 * 3 * sum(ms.values())
+    assert gpu_check.preset_hours(alone, "paper")[0]["seconds"] == pytest.approx(round(20_000 * runs / 1e3 + 9.6, 1))
+
+
 def test_the_lm_step_tries_smaller_passes_only_when_out_of_memory(tmp_path, monkeypatch):
     """One pass first; out of memory, halves; another failure is the result. MFU from the counted FLOPs."""
     sys.path.insert(0, str(ROOT / "benchmarks"))

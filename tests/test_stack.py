@@ -52,6 +52,53 @@ def test_a_stack_trains_each_run_as_it_trains_alone(tmp_path, one_thread, varian
         assert read_summary(s["run_dir"])["seed"] == a["seed"]
 
 
+MIXED = [dict(variant="standard"), dict(variant="frozen_qk"), dict(variant="frozen_mlp"), dict(variant="random"),
+         dict(variant="standard", model_extra={"freeze": ["v@1", "norms"]})]
+
+
+def test_runs_that_train_different_weights_of_one_model_stack_and_each_is_its_run_alone(tmp_path, one_thread):
+    """standard, frozen_qk, frozen_mlp, random and a grid model are built alike: one stack, each run's frozen weights
+    at their init to the bit, every logged number that of the run alone."""
+    cfgs = [TrainConfig(**{**BASE, **ROWS[i % 3], **over, "checkpoint_every": 12}) for i, over in enumerate(MIXED)]
+    assert len({stack_key(c) for c in cfgs}) == 1
+    stacked = train_stack(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))], progress=False)
+    assert [s["stacked"] for s in stacked] == [len(cfgs)] * len(cfgs)
+    for i, cfg in enumerate(cfgs):
+        train(cfg, tmp_path / f"alone{i}", progress=False)
+        assert_same_run(tmp_path / f"alone{i}", tmp_path / f"s{i}")
+        model = load_model(tmp_path / f"s{i}" / "checkpoint")
+        frozen = [n for n, _ in model.named_parameters() if model.config.is_frozen(n)]
+        assert bool(frozen) == (i > 0)
+        alone = load_model(tmp_path / f"alone{i}" / "checkpoint").state_dict()
+        for n in frozen:  # the run alone keeps them at init; so does the stack, to the bit
+            assert torch.equal(model.state_dict()[n], alone[n]), n
+
+
+def test_a_stack_of_runs_that_train_different_weights_resumes_alone_and_in_a_smaller_stack(tmp_path, monkeypatch,
+                                                                                           one_thread):
+    """Each run's AdamW state is stored for its own weights only, where its optimizer alone keeps it."""
+    cfgs = [TrainConfig(**{**BASE, **ROWS[i], **MIXED[i + 1], "checkpoint_every": 8}) for i in range(3)]
+    runs = [tmp_path / f"r{i}" for i in range(3)]
+    with monkeypatch.context() as m:
+        interrupt_at(m, 10)
+        with pytest.raises(Interrupted):
+            train_stack(cfgs, runs, progress=False)
+    train(cfgs[0], runs[0], resume=True, progress=False)
+    train_stack(cfgs[1:], runs[1:], resume=True, progress=False)
+    for i, cfg in enumerate(cfgs):
+        train(cfg, tmp_path / f"alone{i}", progress=False)
+        assert_same_run(tmp_path / f"alone{i}", runs[i])
+
+
+def test_a_model_built_otherwise_does_not_stack_with_them():
+    cfgs = [TrainConfig(**{**BASE, **over}) for over in MIXED] + [TrainConfig(**{**BASE, "variant": "mixit"})]
+    assert len({stack_key(c) for c in cfgs}) == 2
+    with pytest.raises(ValueError, match=r"run 5 differs from run 0 in variant; .* which weights train"):
+        check_stackable(cfgs)
+    grid = TrainConfig(**{**BASE, "model_extra": {"attention": ["mixing", "softmax"]}})
+    assert stack_key(grid) != stack_key(cfgs[0])
+
+
 def test_a_stack_in_bf16_trains_each_run_as_it_trains_alone_in_bf16(tmp_path, one_thread):
     """Autocast under vmap (a GPU's default precision): bf16 rounding apart, the runs alone."""
     cfgs = configs(variant="mixit", precision="bf16", steps=12)[:2]
@@ -269,15 +316,16 @@ def test_a_sweep_stacks_the_runs_that_can_and_trains_the_others_alone(tmp_path, 
     from mixit_lab.cli.main import main
 
     out = tmp_path / "sweep"
-    code = main(["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "mixit", "--d-model", "16",
+    code = main(["sweep", "--tasks", "addition", "--digits", "2", "--variants", "standard", "frozen_qk", "mixit",
+                 "--d-model", "16",
                  "--n-layers", "1", "--n-heads", "2", "--seeds", "0", "1", "2", "--lr", "0.001", "0.003",
                  "--steps", "8", "--batch-size", "16", "--eval-every", "8", "--eval-samples", "32", "--workers", "1",
                  "--stack", "4", "--device", "cpu", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     summaries = [read_summary(p.parent) for p in sorted(out.glob("*/summary.json"))]
-    assert len(summaries) == 12 and {s["status"] for s in summaries} == {"finished"}
-    stacked = sorted(s["stacked"] for s in summaries)  # each variant: 6 runs, a stack of 4 and one of 2
-    assert stacked == [2] * 4 + [4] * 8
+    assert len(summaries) == 18 and {s["status"] for s in summaries} == {"finished"}
+    stacked = sorted(s["stacked"] for s in summaries)  # standard and frozen_qk's 12 runs: 3 stacks of 4; mixit's 6: 4, 2
+    assert stacked == [2] * 2 + [4] * 16
 
 
 def test_plan_jobs_groups_what_stacks_in_order_and_leaves_the_rest_alone(tmp_path):
@@ -286,9 +334,11 @@ def test_plan_jobs_groups_what_stacks_in_order_and_leaves_the_rest_alone(tmp_pat
     runs = [(f"s{i}", cfg) for i, cfg in enumerate(configs())]
     runs.insert(1, ("wide", TrainConfig(**{**BASE, "d_model": 32})))
     runs.append(("micro", TrainConfig(**{**BASE, "micro_batch_size": 8})))
+    runs.append(("mixit", TrainConfig(**{**BASE, "variant": "mixit"})))
+    runs.append(("frozen", TrainConfig(**{**BASE, "variant": "frozen_mlp"})))  # built as s0-s2: it stacks with s2
     jobs = plan_jobs(runs, tmp_path, "sweep", stack=2)
     assert [[j.name for j in job.runs] if isinstance(job, StackJob) else job.name for job in jobs] == [
-        ["s0", "s1"], "s2", "wide", "micro"]
+        ["s0", "s1"], ["s2", "frozen"], "wide", "micro", "mixit"]
     assert all(isinstance(j, TrainJob) for j in plan_jobs(runs, tmp_path, "sweep", stack=1))
 
 

@@ -17,7 +17,11 @@ What a run keeps from training alone:
   turns non-finite diverges alone, found at its next log as alone, and leaves the stack; the others go on.
 
 Runs stack when their settings agree but for STACKED_FIELDS and they stand at the same step (stack_key); stack_refusal
-names what a stack does not take (micro-batches, torch.compile, heads frozen within a matrix). With cuda_graph the
+names what a stack does not take (micro-batches, torch.compile, heads frozen within a matrix). Runs may also differ in
+which weights train (the variant's frozen set, the grid's `freeze`) where their models are built alike (standard,
+frozen_qk, frozen_mlp, random and their grids): the stack's rows then hold every weight any of its runs trains, and
+each run's frozen ones are masked out of its gradient, norm, weight decay and update, so they stay at their init to
+the bit. With cuda_graph the
 stack's step is captured once as a CUDA graph and replayed (mixit_lab.training.graph_step.Replayer), on CUDA.
 """
 
@@ -36,6 +40,7 @@ from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from mixit_lab.models.freeze import FrozenSlices
+from mixit_lab.models.variants import VARIANTS
 
 from .config import TrainConfig
 from .graph_step import Replayer, fixed_shape_loss, graph_refusal
@@ -54,10 +59,19 @@ __all__ = ["STACKED_FIELDS", "StackedStep", "stack_key", "stack_refusal", "train
 STACKED_FIELDS = ("seed", "lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio", "schedule")
 
 
-def stack_key(cfg: TrainConfig) -> str:
-    """What the runs of one stack share: every setting but STACKED_FIELDS (runs with equal keys can stack)."""
+def _shared(cfg: TrainConfig) -> dict[str, Any]:
+    """The settings the runs of one stack share: every one but STACKED_FIELDS, with the variant as the model it builds
+    (attention, positions, shaped blocks) and `freeze` left out: which weights train may differ within a stack."""
     shared = {k: v for k, v in cfg.to_dict().items() if k not in STACKED_FIELDS}
-    return json.dumps(shared, sort_keys=True, default=str)
+    spec = VARIANTS.get(shared.pop("variant"))
+    shared["built as"] = cfg.variant if spec is None else f"{spec.attention}, {spec.positions}, shaped={spec.shaped}"
+    shared["model_extra"] = {k: v for k, v in shared["model_extra"].items() if k != "freeze"}
+    return shared
+
+
+def stack_key(cfg: TrainConfig) -> str:
+    """What the runs of one stack share (_shared): runs with equal keys can stack."""
+    return json.dumps(_shared(cfg), sort_keys=True, default=str)
 
 
 def stack_refusal(cfg: TrainConfig) -> str | None:
@@ -74,15 +88,17 @@ def check_stackable(cfgs: Sequence[TrainConfig]) -> None:
     the settings of the first but for STACKED_FIELDS."""
     if not cfgs:
         raise ValueError("a stack needs at least one run")
-    first = cfgs[0].to_dict()
+    first = _shared(cfgs[0])
     for i, cfg in enumerate(cfgs):
         refusal = stack_refusal(cfg)
         if refusal is not None:
             raise ValueError(f"run {i} cannot train in a stack: {refusal}")
-        differ = sorted(k for k, v in cfg.to_dict().items() if k not in STACKED_FIELDS and v != first[k])
+        differ = sorted(k for k, v in _shared(cfg).items() if v != first[k])
         if differ:
+            differ = ["variant" if k == "built as" else k for k in differ]
             raise ValueError(f"run {i} differs from run 0 in {', '.join(differ)}; the runs of a stack may differ "
-                             f"only in {', '.join(STACKED_FIELDS)}")
+                             f"only in {', '.join(STACKED_FIELDS)}, and in which weights train where their models "
+                             "are built alike (standard, frozen_qk, frozen_mlp, random, freeze)")
 
 
 class _LossOf(torch.nn.Module):
@@ -99,9 +115,10 @@ class _LossOf(torch.nn.Module):
 class StackedStep(Replayer):
     """The optimizer step of the runs of `loops` as one (their settings checked by check_stackable).
 
-    flat[k] holds run k's trainable weights, end to end in the order of model.named_parameters(); exp_avg and
-    exp_avg_sq are AdamW's moments in the same layout, `steps[k]` its step count; `fixed` holds each run's frozen
-    weights and buffers, stacked. The runs' models and optimizers are brought up to date by write_back (before an
+    flat[k] holds run k's weights that any run of the stack trains, end to end in the order of
+    model.named_parameters(); exp_avg and exp_avg_sq are AdamW's moments in the same layout, `steps[k]` its step count;
+    `fixed` holds the weights no run trains and the buffers, stacked. Where the runs train different weights,
+    `trains[k]` is 1 on run k's own and 0 on the ones it keeps frozen (None where every run trains them all). The runs' models and optimizers are brought up to date by write_back (before an
     evaluation, a kept model or a checkpoint), not at each step. Each step's loss and gradient norm go into
     `pending[i, k]`, which each loop reads as its own pending buffer (RunLoop.settle)."""
 
@@ -117,16 +134,21 @@ class StackedStep(Replayer):
                                  "own optimizer; train this run alone")
             if loop.n_pending:
                 raise RuntimeError(f"{loop.out}: {loop.n_pending} steps not yet read; a stack starts after a read")
-        named = [(n, p) for n, p in first.model.named_parameters() if p.requires_grad]
+        self.trained = [[n for n, p in loop.model.named_parameters() if p.requires_grad] for loop in loops]
+        union = set().union(*self.trained)
+        named = [(n, p) for n, p in first.model.named_parameters() if n in union]
         self.names = [n for n, _ in named]
         self.shapes = [p.shape for _, p in named]
         self.sizes = [p.numel() for _, p in named]
         with torch.no_grad():
             self.flat = torch.stack([self._row(loop) for loop in loops]).requires_grad_()
-            fixed = [_fixed(loop.model) for loop in loops]
+            fixed = [_fixed(loop.model, union) for loop in loops]
             self.fixed = {f"model.{n}": torch.stack([f[n] for f in fixed]) for n in fixed[0]}
         self.decay = torch.cat([torch.full((size,), float(len(shape) >= 2), device=self.device)
                                 for size, shape in zip(self.sizes, self.shapes)])
+        self.trains = None if all(len(t) == len(union) for t in self.trained) else self._trains()
+        if self.trains is not None:
+            self.decay = self.decay * self.trains  # [K, n]: a frozen weight is not decayed either
         group = first.optimizer.param_groups[0]
         (self.beta1, self.beta2), self.eps = group["betas"], group["eps"]
         self.weight_decay = self._per_run([loop.cfg.weight_decay for loop in loops])
@@ -146,11 +168,18 @@ class StackedStep(Replayer):
         self.last = torch.zeros(len(loops), 2, device=self.device)
 
     def _row(self, loop: RunLoop) -> torch.Tensor:
-        """A loop's trainable weights, end to end; ValueError if its model is not shaped as the first's."""
-        named = [(n, p) for n, p in loop.model.named_parameters() if p.requires_grad]
-        if [n for n, _ in named] != self.names or [p.shape for _, p in named] != self.shapes:
-            raise ValueError(f"{loop.out}: its trainable weights differ from the first run's; it cannot stack")
-        return torch.cat([p.detach().flatten() for _, p in named])
+        """A loop's weights that the stack trains (its own trainable ones and those of the others), end to end;
+        ValueError if its model is not shaped as the first's."""
+        params = dict(loop.model.named_parameters())
+        first = dict(self.loops[0].model.named_parameters())
+        if params.keys() != first.keys() or any(params[n].shape != first[n].shape for n in params):
+            raise ValueError(f"{loop.out}: its weights differ from the first run's; it cannot stack")
+        return torch.cat([params[n].detach().flatten() for n in self.names])
+
+    def _trains(self) -> torch.Tensor:
+        """[K, n]: 1 where run k trains the weight, 0 where it keeps it frozen."""
+        return torch.stack([torch.cat([torch.full((size,), float(n in trained), device=self.device)
+                                       for n, size in zip(self.names, self.sizes)]) for trained in self.trained])
 
     def _per_run(self, values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float32, device=self.device)[:, None]  # [K, 1]
@@ -160,14 +189,17 @@ class StackedStep(Replayer):
         return {f"model.{n}": v.view(s) for n, v, s in zip(self.names, row.split(self.sizes), self.shapes)}
 
     def _load_moments(self, k: int, optimizer: torch.optim.Optimizer) -> None:
-        """Copy a loop's AdamW state (a resumed run's) into row k; a new run's state is empty: zeros, step 0."""
-        params = _trainable(optimizer, self.names, self.loops[k].model)
-        states = [optimizer.state.get(p, {}) for p in params]
+        """Copy a loop's AdamW state (a resumed run's) into row k; a new run's state is empty: zeros, step 0 (and its
+        frozen weights' moments stay zero)."""
+        names = self.trained[k]
+        states = [optimizer.state.get(p, {}) for p in _trainable(optimizer, names, self.loops[k].model)]
         if not any(states):
             return
         with torch.no_grad():
             for name, into in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
-                into[k].copy_(torch.cat([s[name].flatten() for s in states]))
+                views = self._split(into[k])
+                for n, state in zip(names, states):
+                    views[f"model.{n}"].copy_(state[name])
             self.steps[k] = float(states[0]["step"])
 
     def _loss(self, row: torch.Tensor, fixed: dict[str, torch.Tensor], *batch: torch.Tensor) -> torch.Tensor:
@@ -206,6 +238,8 @@ class StackedStep(Replayer):
         losses.sum().backward()  # the runs share no weight: each row's gradient is its own loss's
         with torch.no_grad():
             grad = self.flat.grad
+            if self.trains is not None:
+                grad.mul_(self.trains)  # a run's frozen weights: no gradient, so no norm, moment or update
             norms = torch.linalg.vector_norm(grad, dim=1)  # [K], as clip_grad_norm_ takes it over a run's weights
             grad.mul_((self.max_norm / (norms[:, None] + 1e-6)).clamp(max=1.0))
             self._adamw(grad, self.lr)
@@ -229,9 +263,10 @@ class StackedStep(Replayer):
         steps = self.steps.tolist() if with_optimizer else []
         with torch.no_grad():
             for k, loop in enumerate(self.loops):
-                params = _trainable(loop.optimizer, self.names, loop.model)
-                for p, value in zip(params, self._split(self.flat[k]).values()):
-                    p.copy_(value)
+                weights = self._split(self.flat[k])
+                params = _trainable(loop.optimizer, self.trained[k], loop.model)
+                for n, p in zip(self.trained[k], params):  # its frozen weights are as they were: left alone
+                    p.copy_(weights[f"model.{n}"])
                 if with_optimizer:
                     self._store_moments(k, loop, params, steps[k])
 
@@ -241,10 +276,11 @@ class StackedStep(Replayer):
         fused = any(g.get("fused") or g.get("capturable") for g in loop.optimizer.param_groups)
         moments = {name: self._split(into[k]) for name, into in (("exp_avg", self.exp_avg),
                                                                    ("exp_avg_sq", self.exp_avg_sq))}
-        for p, name in zip(params, moments["exp_avg"]):
+        for p, n in zip(params, self.trained[k]):
             loop.optimizer.state[p] = {
                 "step": torch.tensor(step, dtype=torch.float32, device=p.device if fused else "cpu"),
-                "exp_avg": moments["exp_avg"][name].clone(), "exp_avg_sq": moments["exp_avg_sq"][name].clone()}
+                "exp_avg": moments["exp_avg"][f"model.{n}"].clone(),
+                "exp_avg_sq": moments["exp_avg_sq"][f"model.{n}"].clone()}
         for group in loop.optimizer.param_groups:
             group["lr"] = loop.cfg.lr_at(loop.step)
 
@@ -263,9 +299,10 @@ def _check_logits_fit(loops: Sequence[RunLoop]) -> None:
                          "these runs alone, or fewer to a stack")
 
 
-def _fixed(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A model's frozen weights and its buffers by name: what a stack carries per run but does not train."""
-    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+def _fixed(model: torch.nn.Module, trained: set[str]) -> dict[str, torch.Tensor]:
+    """A model's weights outside `trained` (no run of the stack trains them) and its buffers by name: what a stack
+    carries per run but does not train."""
+    frozen = {n: p.detach() for n, p in model.named_parameters() if n not in trained}
     return {**frozen, **dict(model.named_buffers())}
 
 
@@ -348,7 +385,7 @@ def _drive(loops: list[RunLoop], progress: bool, tracker: str | None) -> list[di
         loop.stacked = len(loops)
         loop.begin(False, tracker)  # one bar for the stack, below; the runs' logs are in their directories
     bar = tqdm(total=cfg.steps, initial=loops[0].step, disable=not progress, leave=False, dynamic_ncols=True,
-               desc=f"stack of {len(loops)}: {cfg.variant}/{cfg.task}")
+               desc=f"stack of {len(loops)}: {'+'.join(dict.fromkeys(l.cfg.variant for l in loops))}/{cfg.task}")
     summaries: dict[int, dict[str, Any]] = {}
     live = list(range(len(loops)))
     while live and loops[live[0]].step < cfg.steps:
