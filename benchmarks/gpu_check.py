@@ -15,7 +15,8 @@ checkpoint analysed and opened in the explorer on a CPU.
                                                           # hours, each run a 16th of a stack (shapes, hours.json)
 
 `device` needs torch and the project's runtime dependencies but not Streamlit (the explorer is opened by
-`open`, on the CPU the checkpoint travels to). Every step writes its JSON as soon as it ends, so a check cut
+`open`, on the CPU the checkpoint travels to); on a machine with no package index, benchmarks/gpu_bundle.py gathers
+the wheels it lacks and the corpora. Every step writes its JSON as soon as it ends, so a check cut
 short still leaves what it measured. The dry form runs the same steps on the CPU with tiny models (gloo for
 torchrun), so the script is tested where no GPU is (tests/test_gpu_check.py).
 
