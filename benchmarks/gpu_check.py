@@ -25,8 +25,10 @@ each evaluation), timed between the logs at STEPS/4 and STEPS/2 and between 3*ST
 the two; neither holds an evaluation), so start-up and compilation stay out. The evaluation and checkpoint
 cost is what the log after the first evaluation adds beyond its steps. The paper preset's hours are then
 each run's steps x its shape's step time + its evaluations x their cost, summed. With `--stack N` each shape trains
-N seeds as one stack through `train_stack`, as `mixit reproduce --stack N` would, and its times are a run's share
-(the stack's over N); a shape whose stack fails (out of memory) is timed alone, as the pipeline would train it.
+seeds as one stack through `train_stack`, N of them or as many as stack with it in the preset where fewer (a task's
+standard, frozen_qk and frozen_mlp runs stack together), as `mixit reproduce --stack N` would, and its times are a
+run's share (the stack's over its size); a shape whose stack fails (out of memory) is timed alone, as the pipeline
+would train it.
 
 The LM step (lm.json): the paper preset's LM shape (12 layers, d_model 512, 256 positions, batch 512) timed the same
 way, the batch in one pass (halves, then quarters, where it runs out of memory); its FLOPs counted by

@@ -30,7 +30,7 @@ from mixit_lab.training.config import TrainConfig  # noqa: E402
 from mixit_lab.training.placement import gpu_slots, gpus_here, slot_environments  # noqa: E402
 from mixit_lab.training.pool import pool_map  # noqa: E402
 from mixit_lab.training.jobs import TrainJob, train_one  # noqa: E402
-from mixit_lab.training.stack import stack_key, train_stack  # noqa: E402
+from mixit_lab.training.stack import stack_key, stack_refusal, train_stack  # noqa: E402
 from mixit_lab.training.trainer import train  # noqa: E402
 
 TEXT = ["wikitext-2/valid.txt", "wikitext-2/test.txt", "tinyshakespeare/input.txt"]
@@ -105,9 +105,11 @@ def step_time(run_dir: Path, steps: int) -> dict[str, float]:
 def time_shapes(out: Path, work: Path, preset_name: str, dry: bool, device: str, steps: int,
                 data: Path, studies: list[str] | None = None, stack: int = 1) -> list[dict[str, Any]]:
     """Step time of every shape; shapes.json rewritten after each, so a check cut short keeps what it measured. With
-    `stack` N > 1 each shape trains N seeds as one stack (mixit_lab.training.stack), as `mixit reproduce --stack N`
-    would, and its times are a run's share (the stack's divided by N); a shape whose stack fails trains alone."""
+    `stack` N > 1 each shape trains seeds as one stack (mixit_lab.training.stack) of the size `mixit reproduce --stack N`
+    would give it (stack_sizes), and its times are a run's share (the stack's divided by its size); a shape whose stack
+    fails trains alone."""
     rows, texts = [], corpora(data, work)
+    sizes = stack_sizes(preset_name, stack)
     for i, (key, (cfg, mcfg)) in enumerate(shapes(preset_name).items()):
         study, variant, _, d, n_layers, heads = key
         if studies and study not in studies:
@@ -115,7 +117,7 @@ def time_shapes(out: Path, work: Path, preset_name: str, dry: bool, device: str,
         short = short_config(cfg, dry, steps, device, texts)
         run_dir = work / "shapes" / f"{i:02d}-{study}-{variant}-L{n_layers}"
         t0 = time.perf_counter()
-        row = shape_time(short, run_dir, steps, stack)
+        row = shape_time(short, run_dir, steps, sizes[key])
         rows.append({"key": list(key), "study": study, "variant": variant, "d_model": d, "n_layers": n_layers, "n_heads": heads,
                      "task": cfg.task, "seq_len": mcfg.n_ctx, "batch_size": short.batch_size,
                      "wall_s": round(time.perf_counter() - t0, 1), **row})
@@ -124,6 +126,20 @@ def time_shapes(out: Path, work: Path, preset_name: str, dry: bool, device: str,
               f"{row['eval_ms']} ms{share} {row['error'] or ''}", flush=True)
         write(out, "shapes", rows)
     return rows
+
+
+def stack_sizes(preset_name: str, stack: int) -> dict[tuple, int]:
+    """The stack each shape (shape_key) trains in with `mixit reproduce --stack N`: N, or its largest group of runs
+    that stack (stack_key) where that is smaller; 1 for runs that cannot stack (stack_refusal), as plan_jobs groups them."""
+    sizes: dict[tuple, int] = {}
+    for study, runs in study_runs(load_preset(preset_name)).items():
+        groups: dict[str, list[tuple]] = {}
+        for i, (cfg, _) in enumerate(runs):
+            groups.setdefault(str(i) if stack_refusal(cfg) else stack_key(cfg), []).append(shape_key(study, cfg))
+        for keys in groups.values():
+            for key in keys:
+                sizes[key] = max(sizes.get(key, 1), min(stack, len(keys)))
+    return sizes
 
 
 def shape_time(short: TrainConfig, run_dir: Path, steps: int, stack: int) -> dict[str, Any]:
@@ -156,8 +172,8 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
     """Each study's hours on this device: every run's steps at its shape's measured step and evaluation times. Where
     every shape was timed in stacks of N (shape_time), the runs that stack together (stack_key: seeds, rates, and
     variants built alike, such as standard, frozen_qk and frozen_mlp) train N to a stack, each stack at the slowest
-    of their shapes' N-stack step times (an upper bound: a stack of variants computes every weight's gradient, and
-    a smaller last stack is charged in full); each run's evaluations apart."""
+    of their shapes' stack step times (a stack of variants computes every weight's gradient, as standard's does; a
+    smaller last stack is charged in full); each run's evaluations apart."""
     measured = {tuple(r["key"]): r for r in rows}
     table = []
     for study, runs in study_runs(load_preset(preset_name)).items():
@@ -182,7 +198,8 @@ def preset_hours(rows: list[dict[str, Any]], preset_name: str) -> list[dict[str,
 
 def _group_seconds(group: list[tuple[TrainConfig, dict[str, Any]]]) -> float:
     """The seconds that runs which can stack take (preset_hours): stacked N at a time where every shape was timed in
-    stacks of N, else each alone at its own step time; every run's evaluations apart."""
+    stacks of N (stack_sizes: N, or the group's size where smaller), else each alone at its own step time; every run's
+    evaluations apart."""
     cfg = group[0][0]
     n = min(r.get("stack", 1) for _, r in group)
     if n > 1 and all(r.get("stack", 1) == n for _, r in group):

@@ -72,8 +72,11 @@ def test_the_dry_gpu_check_times_shapes_as_a_runs_share_of_a_stack(tmp_path):
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     rows = json.loads((out / "shapes.json").read_text())
-    assert rows and all(r["stack"] == 2 and r["stack_error"] is None and r["step_ms"] > 0 for r in rows)
-    assert len(list((out / "work" / "shapes").glob("*/s1/summary.json"))) == len(rows)  # each stack's 2nd seed
+    assert rows and all(r["stack_error"] is None and r["step_ms"] > 0 for r in rows)
+    # the smoke preset's one seed: a task's standard, frozen_qk, frozen_mlp and random runs stack, MixiT and shaped alone
+    assert {r["variant"]: r["stack"] for r in rows} == {"standard": 2, "frozen_qk": 2, "frozen_mlp": 2, "random": 2,
+                                                        "mixit": 1, "shaped": 1}
+    assert len(list((out / "work" / "shapes").glob("*/s1/summary.json"))) == 4  # each stack's 2nd seed
     hours = json.loads((out / "hours.json").read_text())  # the preset's hours from the runs' shares
     assert hours[-1]["study"] == "total" and hours[-1]["seconds"] > 0
     assert [h["runs_unmeasured"] for h in hours if h["study"] == "algorithmic"] == [0]
@@ -83,11 +86,13 @@ def test_the_preset_hours_stack_the_runs_that_stack_at_the_slowest_of_their_shap
     """Paper retrieval: per task, standard, frozen_qk and frozen_mlp's 9 runs are one stack, mixit's 3 another."""
     import gpu_check_steps as gpu_check
 
-    ms = {"standard": 1.0, "frozen_qk": 3.0, "frozen_mlp": 2.0, "mixit": 0.5}  # a run's share of a 16-stack's step
+    ms = {"standard": 1.0, "frozen_qk": 3.0, "frozen_mlp": 2.0, "mixit": 0.5}  # a run's share of its stack's step
+    sizes = gpu_check.stack_sizes("paper", 16)  # what `device --stack 16` times each shape in
     keys = [k for k in gpu_check.shapes("paper") if k[0] == "retrieval"]
-    rows = [{"key": list(k), "step_ms": ms[k[1]], "eval_ms": 10.0, "stack": 16} for k in keys]
+    assert {k[1]: sizes[k] for k in keys} == {"standard": 9, "frozen_qk": 9, "frozen_mlp": 9, "mixit": 3}
+    rows = [{"key": list(k), "step_ms": ms[k[1]], "eval_ms": 10.0, "stack": sizes[k]} for k in keys]
     retrieval = gpu_check.preset_hours(rows, "paper")[0]
-    stacks = 4 * (3.0 * 16 + 0.5 * 16)  # 4 tasks: a stack of 9 at frozen_qk's time, one of 3 at mixit's
+    stacks = 4 * (3.0 * 9 + 0.5 * 3)  # 4 tasks: a stack of 9 at frozen_qk's time, one of 3 at mixit's
     assert retrieval["study"] == "retrieval" and retrieval["runs_unmeasured"] == 0
     assert retrieval["seconds"] == pytest.approx(round(20_000 * stacks / 1e3 + 48 * 20 * 10.0 / 1e3, 1))
     alone = [{**r, "stack": 1} for r in rows]  # timed alone: each run at its own step time
