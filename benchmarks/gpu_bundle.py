@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata as metadata
+import json
 import re
 import shutil
 import subprocess
@@ -45,7 +46,18 @@ def normalized(name: str) -> str:
 
 
 def imported_distributions(modules: tuple[str, ...] = DEVICE_MODULES) -> dict[str, str]:
-    """normalized name -> version of every distribution this environment imports from when it loads `modules`."""
+    """normalized name -> version of every distribution this environment imports from when it loads `modules`.
+
+    They are loaded in a fresh interpreter: what the caller has already imported (a test run, a notebook) must not
+    count."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import gpu_bundle; "
+            f"print(json.dumps(gpu_bundle.imported_here({list(modules)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def imported_here(modules: list[str]) -> dict[str, str]:
+    """imported_distributions, in this interpreter (it counts everything already in `sys.modules`)."""
     for module in modules:
         importlib.import_module(module)
     owners = metadata.packages_distributions()
